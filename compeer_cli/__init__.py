@@ -1,0 +1,1 @@
+"""Console-script dispatchers that span several packages (``compeer-train judge|judge-eval|grpo``)."""

@@ -1,0 +1,79 @@
+"""Domain errors and the ONE table mapping each to an HTTP status and a gRPC status code."""
+
+from __future__ import annotations
+
+import enum
+
+import grpc
+
+from reward_server.types import ErrorInfo
+
+
+class ErrorCode(str, enum.Enum):
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    INTERNAL = "INTERNAL"
+
+
+#: code -> (HTTP status, gRPC status). Both fronts read this table and nothing else.
+ERROR_TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
+    ErrorCode.INVALID_ARGUMENT: (422, grpc.StatusCode.INVALID_ARGUMENT),
+    ErrorCode.UNAVAILABLE: (503, grpc.StatusCode.UNAVAILABLE),
+    ErrorCode.DEADLINE_EXCEEDED: (504, grpc.StatusCode.DEADLINE_EXCEEDED),
+    ErrorCode.RESOURCE_EXHAUSTED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    ErrorCode.INTERNAL: (500, grpc.StatusCode.INTERNAL),
+}
+
+
+class ServiceError(Exception):
+    """An error the service reports to its caller, with the field it concerns."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(code=self.code.value, field=self.field, message=self.message)
+
+    @property
+    def http_status(self) -> int:
+        return ERROR_TABLE[self.code][0]
+
+    @property
+    def grpc_code(self) -> grpc.StatusCode:
+        return ERROR_TABLE[self.code][1]
+
+
+class InvalidArgument(ServiceError):
+    """Bad input: names the field and the limit it broke."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class NotReady(ServiceError):
+    """The engine is not loaded (yet) or has died."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class DeadlineExceeded(ServiceError):
+    """The request's deadline passed; its engine work was cancelled."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class Overloaded(ServiceError):
+    """Too many requests in flight."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class Internal(ServiceError):
+    """A bug or an unexpected engine failure."""
+
+    code = ErrorCode.INTERNAL

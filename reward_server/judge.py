@@ -1,0 +1,242 @@
+"""The UnifiReward judge protocol: prompts per mode, rounds, verdict parsing, bounded re-generation.
+
+One judge conversation per candidate. In ``unified`` mode the rounds are steps 1-3 then the reply
+preference, each round seeing every earlier round (the paper's point). ``single_pass`` asks for every
+verdict in one generation; ``prm`` judges the steps only; ``orm`` the reply only. Parts missing from the
+candidate are never sent to the judge: they count as failed (see :mod:`cer.rewards`) and are marked
+``judged = False``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from cer.dialogue import Turn
+from cer.reasoning import STEP_PARTS, ParsedOutput
+from cer.taxonomy import Taxonomy
+from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels, parse_verdicts
+from reward_server.engines.base import Engine, GenParams, Message
+from reward_server.types import JudgeMode
+
+#: Component names, in judging order.
+STEP_COMPONENTS: tuple[str, ...] = ("step1", "step2", "step3")
+PREFERENCE = "preference"
+COMPONENTS: tuple[str, ...] = (*STEP_COMPONENTS, PREFERENCE)
+DEFAULT_TEMPLATE = "unifireward-v1"
+
+
+def component_kind(component: str) -> Kind:
+    return Kind.PREFERENCE if component == PREFERENCE else Kind.STEP
+
+
+@dataclass(frozen=True)
+class Template:
+    """A versioned set of judge prompts (package data ``reward_server/templates/<version>.yaml``)."""
+
+    version: str
+    system: str
+    context: str
+    step_questions: tuple[str, str, str]
+    step_round: str
+    preference_round: str
+    single_pass_round: str
+
+
+@lru_cache(maxsize=8)
+def load_template(name_or_path: str = DEFAULT_TEMPLATE) -> Template:
+    """Load a packaged template by version name, or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        text = path.read_text(encoding="utf-8")
+    else:
+        res = resources.files("reward_server").joinpath(f"templates/{name_or_path}.yaml")
+        if not res.is_file():
+            raise FileNotFoundError(f"judge template {name_or_path!r}: no such packaged version or YAML file")
+        text = res.read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    try:
+        qs = tuple(data["step_questions"])
+        if len(qs) != 3:
+            raise ValueError("step_questions must have 3 entries")
+        return Template(str(data["version"]), data["system"], data["context"], (qs[0], qs[1], qs[2]),
+                        data["step_round"], data["preference_round"], data["single_pass_round"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"judge template {name_or_path!r} is malformed: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One judge round: the components it decides and the user message that asks for them."""
+
+    components: tuple[str, ...]
+    user: str
+
+    @property
+    def kinds(self) -> list[Kind]:
+        return [component_kind(c) for c in self.components]
+
+
+def render_history(history: list[Turn]) -> str:
+    """The conversation as the judge reads it: one ``Seeker:`` / ``Supporter:`` line per turn."""
+    if not history:
+        return "(no earlier turns)"
+    return "\n".join(f"{t.role.value.capitalize()}: {' '.join(t.text.split())}" for t in history)
+
+
+def _step_text(template: Template, taxonomy: Taxonomy, index: int, content: str) -> str:
+    question = template.step_questions[index].format(strategies=", ".join(taxonomy.names))
+    return template.step_round.format(question=question, content=content)
+
+
+def plan_rounds(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],
+                reference: str | None, parsed: ParsedOutput) -> list[RoundPlan]:
+    """The rounds that judge a candidate in ``mode``; parts missing from the candidate get no round.
+
+    The first round's message starts with the conversation (shared prefix across the group and rounds).
+    """
+    wanted: list[str] = []
+    if mode.judges_steps:
+        wanted += [c for i, c in enumerate(STEP_COMPONENTS) if parsed.step(i) is not None]
+    if mode.judges_preference and parsed.response is not None:
+        if reference is None:
+            raise ValueError("reference is required when the preference is judged")
+        wanted.append(PREFERENCE)
+
+    def body(component: str) -> str:
+        if component == PREFERENCE:
+            return template.preference_round.format(reference=reference, response=parsed.response)
+        i = STEP_COMPONENTS.index(component)
+        return _step_text(template, taxonomy, i, parsed.step(i) or "")
+
+    if mode is JudgeMode.SINGLE_PASS:
+        items = "\n\n".join(body(c) for c in wanted)
+        fmt = "\n".join(f"Rationale: ... ({_label(c)})\n{VERDICT_KEY} <{' | '.join(labels(component_kind(c)))}>"
+                        for c in wanted)
+        rounds = [RoundPlan(tuple(wanted), template.single_pass_round.format(items=items, answer_format=fmt))] \
+            if wanted else []
+    else:
+        rounds = [RoundPlan((c,), body(c)) for c in wanted]
+    if rounds:
+        context = template.context.format(history=render_history(history))
+        rounds[0] = RoundPlan(rounds[0].components, f"{context}\n\n{rounds[0].user}")
+    return rounds
+
+
+def _label(component: str) -> str:
+    return "reply" if component == PREFERENCE else component.replace("step", "step ")
+
+
+def round_regex(components: tuple[str, ...], rationale_max_chars: int) -> str:
+    """Structured-output pattern for a round: per component, a one-line rationale then its verdict line."""
+    parts = []
+    for c in components:
+        choice = "|".join(labels(component_kind(c)))
+        parts.append(rf"Rationale: [^\n]{{1,{rationale_max_chars}}}\n{VERDICT_KEY} ({choice})")
+    return r"\n".join(parts)
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """Sampling and retry policy of the judge."""
+
+    max_tokens_per_component: int = 96
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_retries: int = 2
+    retry_temperature: float = 0.7
+    rationale_max_chars: int = 160
+    constrain: bool = True
+
+
+@dataclass
+class CandidateJudgment:
+    """What the judge said about one candidate."""
+
+    verdicts: dict[str, Verdict | None] = field(default_factory=dict)
+    judged: set[str] = field(default_factory=set)
+    texts: list[str] = field(default_factory=list)
+    generations: int = 0
+
+
+class Judge:
+    """Runs the judge conversation for one candidate on an engine."""
+
+    _ids = itertools.count()
+
+    def __init__(self, engine: Engine, template: Template, taxonomy: Taxonomy, settings: JudgeSettings) -> None:
+        self.engine = engine
+        self.template = template
+        self.taxonomy = taxonomy
+        self.settings = settings
+
+    @property
+    def constrained(self) -> bool:
+        return self.settings.constrain and self.engine.supports_regex
+
+    def _params(self, plan: RoundPlan, retry: bool) -> GenParams:
+        s = self.settings
+        return GenParams(
+            max_tokens=s.max_tokens_per_component * len(plan.components),
+            temperature=s.retry_temperature if retry else s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            regex=round_regex(plan.components, s.rationale_max_chars) if self.constrained else None,
+        )
+
+    async def judge(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
+                    mode: JudgeMode) -> CandidateJudgment:
+        """Judge one candidate; unparsable rounds are re-generated up to ``max_retries`` times."""
+        out = CandidateJudgment()
+        messages: list[Message] = [{"role": "system", "content": self.template.system}]
+        for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed):
+            messages.append({"role": "user", "content": plan.user})
+            text = ""
+            verdicts: list[Verdict | None] = [None] * len(plan.components)
+            for attempt in range(self.settings.max_retries + 1):
+                result = await self.engine.generate(messages, self._params(plan, retry=attempt > 0),
+                                                    request_id=f"judge-{next(self._ids)}")
+                out.generations += 1
+                text = result.text
+                verdicts = parse_verdicts(text, plan.kinds)
+                if all(v is not None for v in verdicts):
+                    break
+            messages.append({"role": "assistant", "content": text})
+            out.texts.append(text)
+            for c, v in zip(plan.components, verdicts):
+                out.verdicts[c] = v
+                out.judged.add(c)
+        return out
+
+
+def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],
+                      reference: str | None, parsed: ParsedOutput, verdicts: dict[str, Verdict],
+                      rationales: dict[str, str] | None = None) -> list[Message]:
+    """A complete judge conversation with the given (gold) verdicts as the judge's turns.
+
+    This is the judge SFT format: the same prompts :class:`Judge` sends, with assistant turns written as the
+    grammar the parser reads (``Rationale: ...`` then ``Verdict: <label>``). Training and serving share it.
+    """
+    rationales = rationales or {}
+    messages: list[Message] = [{"role": "system", "content": template.system}]
+    for plan in plan_rounds(template, taxonomy, mode, history, reference, parsed):
+        messages.append({"role": "user", "content": plan.user})
+        lines = []
+        for c in plan.components:
+            v = verdicts[c]
+            label = str(v) if isinstance(v, bool) else v.value
+            rationale = " ".join(rationales.get(c, f"judging {_label(c)}.").split())
+            lines.append(f"Rationale: {rationale}\n{VERDICT_KEY} {label}")
+        messages.append({"role": "assistant", "content": "\n".join(lines)})
+    return messages
+
+
+__all__ = ["COMPONENTS", "PREFERENCE", "STEP_COMPONENTS", "STEP_PARTS", "CandidateJudgment", "Judge",
+           "JudgeSettings", "RoundPlan", "Template", "load_template", "plan_rounds", "render_history",
+           "render_judge_chat", "round_regex"]
