@@ -1,0 +1,1 @@
+"""gRPC front: converters (``convert``), the servicer (``servicer``) and the async client lives in ``reward_server.client``."""
