@@ -1,0 +1,397 @@
+"""The transformers backend: micro-batched ``model.generate`` for machines without vLLM (e.g. the GPU boxes).
+
+Requests are queued; one worker task takes the oldest request plus up to ``max_batch - 1`` queued requests with
+the same sampling key, waiting at most ``max_wait_ms`` for the batch to fill, and runs ONE left-padded
+``model.generate`` call for them in a worker thread (the event loop stays free).
+
+Batching rules (what a caller can rely on):
+
+* Sampling key: greedy requests (``temperature == 0``) all share one key; sampled requests share a key only
+  with identical ``(temperature, top_p, seed)``. Requests with different keys are never mixed in one call.
+* ``max_tokens`` may differ inside a batch: the call runs to the largest, and a per-row stopping criterion ends
+  each row at its own limit (its output is also trimmed to it), so results equal a solo run's (up to padding
+  numerics). ``finish_reason`` is ``"length"`` when the row hit its ``max_tokens`` (or the context limit)
+  without emitting EOS, else ``"stop"``.
+* Sampling uses exactly ``temperature`` and ``top_p`` (top-k off, no repetition penalty). A request ``seed``
+  re-seeds torch before its batch: reproducible for the same batch composition only (rows share one RNG stream).
+* Cancelling the awaiting task drops a queued request before it is generated; a running row is stopped at the
+  next decoding step (the rest of its batch continues).
+* ``GenParams.regex`` is ignored (``supports_regex = False``): structured outputs are a vLLM feature, so the
+  judge relies on parse + retry with this backend.
+
+Options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into the
+base for speed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+SamplingKey = tuple[float, float, int | None]
+
+
+def sampling_key(params: GenParams) -> SamplingKey:
+    """Requests with equal keys may share one ``generate`` call (greedy ignores top_p and seed)."""
+    if params.temperature <= 0:
+        return (0.0, 1.0, None)
+    return (float(params.temperature), float(params.top_p), params.seed)
+
+
+@dataclass(eq=False)  # identity semantics: deque.remove() must find this very request
+class _Request:
+    messages: list[Message]
+    params: GenParams
+    request_id: str
+    future: asyncio.Future[GenResult]
+    cancelled: bool = False  # set on the loop thread, read by the generating thread
+
+    @property
+    def key(self) -> SamplingKey:
+        return sampling_key(self.params)
+
+
+@dataclass
+class BatchStats:
+    """Counters of the micro-batcher (tests and benchmarks read them)."""
+
+    batches: int = 0
+    requests: int = 0
+    dropped_cancelled: int = 0
+    output_tokens: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+    decode_steps: list[int] = field(default_factory=list)  # new-token positions each generate() call ran
+
+
+def resolve_device_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
+    """``device`` "auto" → cuda when available, else cpu; ``dtype`` "auto" → bfloat16 on cuda, float32 on cpu."""
+    import torch
+
+    dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if dtype == "auto":
+        return dev, (torch.bfloat16 if dev.startswith("cuda") else torch.float32)
+    value = getattr(torch, dtype, None)
+    if isinstance(value, torch.dtype):
+        return dev, value
+    raise ValueError(f"dtype {dtype!r}: expected 'auto' or a torch dtype name such as 'bfloat16'")
+
+
+class TransformersEngine(Engine):
+    """Chat generation with transformers and a micro-batching queue (see the module docstring for the rules)."""
+
+    name = "transformers"
+    supports_regex = False
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        self._queue: collections.deque[_Request] = collections.deque()
+        self._running: list[_Request] = []
+        self._wakeup: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._gen_task: asyncio.Future[Any] | None = None
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._device = "cpu"
+        self._eos_ids: list[int] = []
+        self._started = False
+        self._stopping = False
+        self.stats = BatchStats()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Load tokenizer + model (+ LoRA adapter) in a thread, warm up, start the batching worker."""
+        if self._started:
+            return
+        if not self.config.model_path:
+            raise EngineError("transformers engine: config.model_path is empty (pass a local HF folder)")
+        if self.config.max_batch < 1 or self.config.max_wait_ms < 0:
+            raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
+        await asyncio.to_thread(self._load)
+        probe = _Request([{"role": "user", "content": "Hi"}], GenParams(max_tokens=1), "warmup",
+                         asyncio.get_running_loop().create_future())
+        await asyncio.to_thread(self._generate_batch, [probe])  # warm-up: first-call kernels and allocations
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+        self._worker = asyncio.create_task(self._run(), name="transformers-engine-worker")
+        self._started = True
+        log.info("transformers engine ready: model=%s adapter=%s device=%s dtype=%s max_batch=%d max_wait_ms=%.1f",
+                 self.config.model_id or self.config.model_path, self.config.adapter, self._device,
+                 self._model.dtype, self.config.max_batch, self.config.max_wait_ms)
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.manual_seed(self.config.seed)
+        device, dtype = resolve_device_dtype(self.config.device, self.config.dtype)
+        tok = AutoTokenizer.from_pretrained(self.config.model_path, local_files_only=True)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(self.config.model_path, dtype=dtype, local_files_only=True)
+        if self.config.adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, self.config.adapter, is_trainable=False)
+            if self.config.extra.get("merge_adapter", "true").lower() != "false":
+                model = model.merge_and_unload()
+        model.to(device)
+        model.eval()
+        eos = model.generation_config.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        if tok.eos_token_id is not None and tok.eos_token_id not in eos_ids:
+            eos_ids.append(tok.eos_token_id)
+        if not eos_ids:
+            raise EngineError("transformers engine: the model defines no EOS token")
+        self._model, self._tokenizer, self._device, self._eos_ids = model, tok, device, eos_ids
+
+    async def stop(self) -> None:
+        """Stop the worker, fail queued and running requests with :class:`EngineError`, free the model."""
+        self._started = False
+        self._stopping = True  # the running generate() ends at its next step
+        pending = [*self._queue, *self._running]
+        worker, self._worker = self._worker, None
+        gen_task, self._gen_task = self._gen_task, None
+        if worker is not None:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+        if gen_task is not None:  # the thread cannot be killed: wait for its (now short) generate() to end
+            await asyncio.gather(gen_task, return_exceptions=True)
+        self._fail_all(EngineError("transformers engine stopped"), pending)
+        if self._model is not None:
+            on_cuda = self._device.startswith("cuda")
+            self._model = None
+            self._tokenizer = None
+            gc.collect()
+            if on_cuda:
+                import torch
+
+                torch.cuda.empty_cache()
+
+    def healthy(self) -> bool:
+        """Started, not stopped, and the batching worker alive."""
+        return self._started and self._worker is not None and not self._worker.done()
+
+    def queue_depth(self) -> int:
+        """Queued (not cancelled) plus running requests."""
+        return sum(1 for r in self._queue if not r.cancelled) + len(self._running)
+
+    # ------------------------------------------------------------------ requests
+    async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
+        """Queue one chat generation and wait for its batch; cancelling the caller drops or stops the request."""
+        if not self.healthy() or self._wakeup is None:
+            raise EngineError("transformers engine is not running")
+        if params.max_tokens < 1:
+            raise EngineError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        req = _Request(messages, params, request_id, asyncio.get_running_loop().create_future())
+        self._queue.append(req)
+        self._wakeup.set()
+        try:
+            return await req.future
+        except asyncio.CancelledError:
+            req.cancelled = True
+            try:
+                self._queue.remove(req)
+                self.stats.dropped_cancelled += 1
+            except ValueError:
+                pass  # already taken into a batch: the stopping criterion ends its row
+            raise
+
+    def _fail_all(self, exc: EngineError, extra: list[_Request] | None = None) -> None:
+        for req in [*(extra or []), *self._queue, *self._running]:
+            if not req.future.done():
+                req.future.set_exception(exc)
+        self._queue.clear()
+        self._running = []
+
+    # ------------------------------------------------------------------ batching worker
+    async def _run(self) -> None:
+        try:
+            while True:
+                batch = await self._next_batch()
+                if batch:
+                    await self._execute(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the worker died: fail everyone, healthy() turns false
+            log.exception("transformers engine worker died")
+            self._fail_all(EngineError(f"transformers engine worker died: {type(exc).__name__}"))
+            raise
+
+    async def _next_batch(self) -> list[_Request]:
+        assert self._wakeup is not None
+        while not self._queue:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        deadline = time.monotonic() + self.config.max_wait_ms / 1000.0
+        while len(self._queue) < self.config.max_batch:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except asyncio.TimeoutError:
+                break
+        while self._queue and self._queue[0].cancelled:
+            self._queue.popleft()
+        if not self._queue:
+            return []
+        key = self._queue[0].key
+        batch: list[_Request] = []
+        rest: collections.deque[_Request] = collections.deque()
+        for req in self._queue:
+            if req.cancelled:
+                continue
+            if len(batch) < self.config.max_batch and req.key == key:
+                batch.append(req)
+            else:
+                rest.append(req)
+        self._queue = rest
+        return batch
+
+    async def _execute(self, batch: list[_Request]) -> None:
+        self._running = batch
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.batch_sizes.append(len(batch))
+        self._gen_task = asyncio.ensure_future(asyncio.to_thread(self._generate_batch, batch))
+        try:
+            results = await asyncio.shield(self._gen_task)
+        except Exception as exc:
+            log.error("transformers batch of %d failed: %s", len(batch), type(exc).__name__)
+            log.debug("transformers batch failure detail", exc_info=True)
+            error = EngineError(f"transformers generation failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            for req in batch:
+                if not req.future.done():
+                    req.future.set_exception(error)
+            return
+        finally:
+            self._gen_task = None
+            self._running = []
+        for req, result in zip(batch, results):
+            if req.future.done():
+                continue
+            if isinstance(result, EngineError):
+                req.future.set_exception(result)
+            else:
+                self.stats.output_tokens += result.output_tokens
+                req.future.set_result(result)
+
+    # ------------------------------------------------------------------ the generating thread
+    def _generate_batch(self, batch: list[_Request]) -> list[GenResult | EngineError]:
+        """Render, left-pad, generate and decode one batch (runs in a worker thread)."""
+        import torch
+        from transformers import GenerationConfig
+
+        tok, model = self._tokenizer, self._model
+        if tok is None or model is None:
+            raise EngineError("transformers engine has no model loaded")
+        out: list[GenResult | EngineError | None] = [None] * len(batch)
+        rows: list[int] = []
+        ids: list[list[int]] = []
+        limits: list[int] = []
+        for i, req in enumerate(batch):
+            try:
+                text = tok.apply_chat_template(req.messages, add_generation_prompt=True, tokenize=False)
+            except (ValueError, TypeError, KeyError) as exc:
+                out[i] = EngineError(f"chat template failed: {type(exc).__name__}")
+                continue
+            prompt = tok(text, add_special_tokens=False)["input_ids"]
+            room = self.config.max_model_len - len(prompt)
+            if room < 1:
+                out[i] = EngineError(f"prompt has {len(prompt)} tokens; max_model_len is {self.config.max_model_len}")
+                continue
+            rows.append(i)
+            ids.append(prompt)
+            limits.append(min(req.params.max_tokens, room))
+        if rows:
+            padded = tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+            input_ids = padded["input_ids"].to(self._device)
+            attention_mask = padded["attention_mask"].to(self._device)
+            prompt_len = input_ids.shape[1]
+            params = batch[rows[0]].params
+            greedy = params.temperature <= 0
+            gen_config = GenerationConfig(
+                max_new_tokens=max(limits),
+                do_sample=not greedy,
+                temperature=1.0 if greedy else params.temperature,
+                top_p=1.0 if greedy else params.top_p,
+                top_k=50 if greedy else 0,  # 50 is the unused default for greedy (avoids a warning)
+                repetition_penalty=1.0,
+                num_beams=1,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=self._eos_ids,
+            )
+            stop = _RowStop([batch[i] for i in rows], limits, prompt_len, self._device, lambda: self._stopping)
+            with torch.inference_mode():
+                if not greedy and params.seed is not None:
+                    torch.manual_seed(params.seed)
+                generated = model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                           generation_config=gen_config,
+                                           stopping_criteria=[stop])
+            new = generated[:, prompt_len:].tolist()
+            self.stats.decode_steps.append(generated.shape[1] - prompt_len)
+            eos = set(self._eos_ids)
+            for row, i in enumerate(rows):
+                tokens = new[row][: limits[row]]
+                end = next((j for j, t in enumerate(tokens) if t in eos), None)
+                kept = tokens if end is None else tokens[:end]
+                out[i] = GenResult(
+                    text=tok.decode(kept, skip_special_tokens=True),
+                    prompt_tokens=len(ids[row]),
+                    output_tokens=len(tokens) if end is None else end + 1,
+                    finish_reason="length" if end is None else "stop",
+                )
+        return [r if r is not None else EngineError("internal: row not generated") for r in out]
+
+
+class _RowStop:
+    """Per-row stop for ``model.generate`` (duck-typed ``transformers.StoppingCriteria``, kept free of a
+    module-level transformers import): the row reached its own ``max_tokens``, its request was cancelled, or the
+    engine is stopping.
+
+    The length test is a pure device op (no host sync per step); the cancellation mask is copied to the device
+    only when a new cancellation is seen.
+    """
+
+    def __init__(self, requests: list[_Request], limits: list[int], prompt_len: int, device: str,
+                 stopping: Callable[[], bool]) -> None:
+        import torch
+
+        self._requests = requests
+        self._limits = torch.tensor(limits, device=device)
+        self._prompt_len = prompt_len
+        self._device = device
+        self._stopping = stopping
+        self._seen_cancelled = 0
+        self._cancel_mask: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        import torch
+
+        done = (input_ids.shape[1] - self._prompt_len) >= self._limits
+        if self._stopping():
+            return torch.ones_like(done)
+        cancelled = [r.cancelled for r in self._requests]
+        count = sum(cancelled)
+        if count != self._seen_cancelled:
+            self._seen_cancelled = count
+            self._cancel_mask = torch.tensor(cancelled, device=self._device)
+        if self._cancel_mask is not None:
+            done = done | self._cancel_mask
+        return done

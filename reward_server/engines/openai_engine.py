@@ -1,0 +1,136 @@
+"""The OpenAI-compatible backend: any chat-completions endpoint (a remote vLLM server, a gateway, OpenAI).
+
+``supports_regex`` follows ``config.openai_regex``: set it only for a vLLM server, whose structured outputs are
+requested with ``extra_body={"structured_outputs": {"regex": ...}}``. Other endpoints ignore or reject that field,
+so with ``openai_regex = False`` a ``GenParams.regex`` is not sent and the judge relies on parse + retry.
+
+Errors from the endpoint become :class:`EngineError` whose message names the endpoint, the status and the error
+type, never the dialogue; response bodies are logged at DEBUG only. Cancelling the awaiting task closes the HTTP
+request (vLLM then aborts the generation).
+
+Options read from ``EngineConfig.extra``: ``max_retries`` (client retries on connection errors, 429 and 5xx;
+default 2) and ``timeout_s`` (per request; default 600).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+
+log = logging.getLogger(__name__)
+
+
+class OpenAIEngine(Engine):
+    """Chat completions through ``openai.AsyncOpenAI`` against ``config.base_url``."""
+
+    name = "openai"
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        self.supports_regex = bool(config.openai_regex)
+        self.model = config.openai_model or config.model_id
+        self._client: Any = None
+        self._inflight = 0
+
+    async def start(self) -> None:
+        """Create the client and check the endpoint with ``models.list()``; raise :class:`EngineError` if unusable."""
+        if self._client is not None:
+            return
+        if not self.config.base_url:
+            raise EngineError("openai engine: config.base_url is empty (e.g. http://host:8000/v1)")
+        import openai
+
+        client = openai.AsyncOpenAI(
+            base_url=self.config.base_url,
+            api_key=self.config.api_key or "EMPTY",
+            max_retries=int(self.config.extra.get("max_retries", "2")),
+            timeout=float(self.config.extra.get("timeout_s", "600")),
+        )
+        try:
+            page = await client.models.list()
+        except openai.OpenAIError as exc:
+            await client.close()
+            raise self._error(exc, "endpoint check (models.list) failed") from exc
+        served = [m.id for m in page.data]
+        if not self.model:
+            if not served:
+                await client.close()
+                raise EngineError(f"openai engine: {self.config.base_url} serves no model and none was configured")
+            self.model = served[0]
+            log.info("openai engine: no model configured, using the endpoint's first model %r", self.model)
+        elif served and self.model not in served:
+            await client.close()
+            raise EngineError(f"openai engine: model {self.model!r} is not served by {self.config.base_url} "
+                              f"(it serves {', '.join(served[:10])}); set --model / openai_model")
+        self._client = client
+        log.info("openai engine ready: %s model=%s regex=%s", self.config.base_url, self.model, self.supports_regex)
+
+    async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
+        """One chat completion; API and connection errors raise :class:`EngineError`."""
+        if self._client is None:
+            raise EngineError("openai engine is not running")
+        import openai
+
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if params.regex is not None and self.supports_regex:
+            kwargs["extra_body"] = {"structured_outputs": {"regex": params.regex}}
+        self._inflight += 1
+        try:
+            response = await self._client.chat.completions.create(**kwargs)
+        except openai.OpenAIError as exc:
+            raise self._error(exc, f"request {request_id} failed") from exc
+        finally:
+            self._inflight -= 1
+        if not response.choices:
+            raise EngineError(f"openai engine: request {request_id}: the endpoint returned no choices")
+        choice = response.choices[0]
+        usage = response.usage
+        return GenResult(
+            text=choice.message.content or "",
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=choice.finish_reason or "stop",
+        )
+
+    async def stop(self) -> None:
+        """Close the HTTP client (idempotent)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    def healthy(self) -> bool:
+        """True between a successful ``start`` and ``stop`` (the endpoint is not polled)."""
+        return self._client is not None
+
+    def queue_depth(self) -> int:
+        """Requests sent and not yet answered."""
+        return self._inflight
+
+    def _error(self, exc: Exception, what: str) -> EngineError:
+        """An :class:`EngineError` naming endpoint, status and error type (the body only goes to DEBUG)."""
+        import openai
+
+        where = self.config.base_url
+        if isinstance(exc, openai.APITimeoutError):
+            detail = "timed out"
+        elif isinstance(exc, openai.APIConnectionError):
+            detail = "unreachable (connection failed)"
+        elif isinstance(exc, openai.APIStatusError):
+            body = exc.body if isinstance(exc.body, dict) else {}
+            err = body.get("error", body) if isinstance(body, dict) else {}
+            kind = err.get("type") or err.get("code") if isinstance(err, dict) else None
+            detail = f"HTTP {exc.status_code}" + (f" ({kind})" if kind else "")
+        else:
+            detail = type(exc).__name__
+        log.debug("openai engine error detail: %r", exc)
+        return EngineError(f"openai engine: {what}: {where} {detail}")

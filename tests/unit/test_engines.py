@@ -1,0 +1,336 @@
+"""Engine backends: the real TransformersEngine on the default model folder (tiny generations), the OpenAIEngine
+against an in-process fake OpenAI-compatible HTTP server, and the FakeEngine test double itself.
+
+Needs the default model folder (``python -m reward_server.model_store``); the transformers tests are skipped
+without it. The whole file runs in well under a minute on one CPU thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from reward_server.engines import create_engine
+from reward_server.engines.base import EngineConfig, EngineError, GenParams, GenResult
+from reward_server.engines.fake import FakeEngine
+from reward_server.engines.hf_engine import TransformersEngine, resolve_device_dtype, sampling_key
+from reward_server.engines.openai_engine import OpenAIEngine
+
+SECRET = "my-secret-dialogue-text"
+
+
+# --------------------------------------------------------------------------- transformers
+
+
+def _default_model_path() -> Path | None:
+    from reward_server.model_store import cache_dir
+
+    path = cache_dir() / "models" / "smollm2-135m-instruct-float32"
+    return path if (path / "config.json").exists() else None
+
+
+MODEL_PATH = _default_model_path()
+needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m reward_server.model_store` first")
+
+
+def _hf_config(**kw: Any) -> EngineConfig:
+    return EngineConfig(backend="transformers", model_path=str(MODEL_PATH), model_id="smollm2", device="cpu",
+                        **{"max_wait_ms": 50.0, "max_batch": 8, **kw})
+
+
+def _chat(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Name a colour. ({i})"}]
+
+
+async def _wait_running(engine: TransformersEngine, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not engine._running:
+        assert time.monotonic() < deadline, "no batch started"
+        await asyncio.sleep(0.002)
+
+
+@pytest.fixture(scope="module")
+async def hf_engine() -> AsyncIterator[TransformersEngine]:
+    engine = create_engine(_hf_config())
+    assert isinstance(engine, TransformersEngine)
+    assert not engine.healthy()
+    await engine.start()
+    yield engine
+    await engine.stop()
+
+
+def test_sampling_key_and_device_resolution() -> None:
+    assert sampling_key(GenParams(temperature=0.0, top_p=0.5, seed=3)) == sampling_key(GenParams())
+    assert sampling_key(GenParams(temperature=0.7, seed=1)) != sampling_key(GenParams(temperature=0.7, seed=2))
+    import torch
+
+    assert resolve_device_dtype("cpu", "auto") == ("cpu", torch.float32)
+    assert resolve_device_dtype("cpu", "bfloat16") == ("cpu", torch.bfloat16)
+    with pytest.raises(ValueError, match="dtype"):
+        resolve_device_dtype("cpu", "float99")
+
+
+async def test_generate_before_start_fails() -> None:
+    engine = TransformersEngine(_hf_config())
+    assert not engine.healthy()
+    with pytest.raises(EngineError, match="not running"):
+        await engine.generate(_chat(0), GenParams(max_tokens=2), "r")
+
+
+@needs_model
+async def test_concurrent_requests_share_one_batch(hf_engine: TransformersEngine) -> None:
+    before = hf_engine.stats.batches
+    limits = [2, 4, 6]
+    results = await asyncio.gather(*(hf_engine.generate(_chat(i), GenParams(max_tokens=n), f"b{i}")
+                                     for i, n in enumerate(limits)))
+    assert hf_engine.stats.batches - before == 1  # three requests, one generate() call
+    assert hf_engine.stats.batch_sizes[-1] == 3
+    for result, n in zip(results, limits):
+        assert isinstance(result, GenResult) and result.text.strip()
+        assert result.prompt_tokens > 0
+        assert 1 <= result.output_tokens <= n
+        assert result.finish_reason == ("length" if result.output_tokens == n else "stop")
+        assert "<|im_end|>" not in result.text and "assistant" not in result.text[:12]
+    # per-row max_tokens inside a batch gives what a solo greedy run gives
+    solo = await hf_engine.generate(_chat(1), GenParams(max_tokens=4), "solo")
+    assert solo.text == results[1].text
+    assert hf_engine.queue_depth() == 0
+
+
+@needs_model
+async def test_cancelled_queued_request_is_never_generated(hf_engine: TransformersEngine) -> None:
+    # a sampled request has another sampling key than the greedy one, so it would need its own batch
+    running = asyncio.create_task(hf_engine.generate(_chat(0), GenParams(max_tokens=8), "running"))
+    await _wait_running(hf_engine)
+    requests_before, dropped_before = hf_engine.stats.requests, hf_engine.stats.dropped_cancelled
+    queued = asyncio.create_task(hf_engine.generate(_chat(1), GenParams(max_tokens=8, temperature=0.9), "queued"))
+    await asyncio.sleep(0)  # let it enqueue
+    assert hf_engine.queue_depth() == 2
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert hf_engine.queue_depth() == 1
+    assert (await running).output_tokens >= 1
+    await asyncio.sleep(0.1)  # longer than max_wait_ms: the worker would have batched it by now
+    assert hf_engine.stats.requests == requests_before
+    assert hf_engine.stats.dropped_cancelled == dropped_before + 1
+    assert hf_engine.queue_depth() == 0 and hf_engine.healthy()
+
+
+@needs_model
+async def test_cancelling_a_running_request_stops_its_row(hf_engine: TransformersEngine) -> None:
+    # greedy SmolLM2 writes this story without EOS for 300+ tokens: only cancellation can end the row early
+    story = [{"role": "user", "content": "Write a long story about a dragon."}]
+    long = asyncio.create_task(hf_engine.generate(story, GenParams(max_tokens=512), "long"))
+    await _wait_running(hf_engine)
+    await asyncio.sleep(0.2)
+    long.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await long
+    next_result = await hf_engine.generate(_chat(1), GenParams(max_tokens=2), "next")
+    assert next_result.output_tokens <= 2
+    assert hf_engine.stats.decode_steps[-2] < 100  # the cancelled batch stopped long before 512 steps
+
+
+@needs_model
+async def test_stop_fails_running_and_queued_requests() -> None:
+    engine = TransformersEngine(_hf_config(max_batch=1))
+    await engine.start()
+    assert engine.healthy()
+    tasks = [asyncio.create_task(engine.generate(_chat(i), GenParams(max_tokens=8), f"s{i}")) for i in range(3)]
+    await _wait_running(engine)
+    assert engine.queue_depth() == 3
+    await engine.stop()
+    for task in tasks:
+        with pytest.raises(EngineError, match="stopped"):
+            await task
+    assert not engine.healthy() and engine.queue_depth() == 0
+    assert engine.stats.requests == 1  # only the first ever reached generate()
+    with pytest.raises(EngineError):
+        await engine.generate(_chat(9), GenParams(max_tokens=2), "after-stop")
+    await engine.stop()  # idempotent
+
+
+# --------------------------------------------------------------------------- openai
+
+
+class FakeOpenAIServer:
+    """A tiny OpenAI-compatible server on 127.0.0.1 (random port) that records each chat request body."""
+
+    def __init__(self, served: tuple[str, ...] = ("judge",)) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.fail_status: int | None = None
+        self.delay = 0.0
+        app = FastAPI()
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "test"}
+                                               for m in served]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.requests.append(body)
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if self.fail_status is not None:
+                return JSONResponse({"error": {"message": f"boom: {body['messages']}", "type": "server_error"}},
+                                    status_code=self.fail_status)
+            return JSONResponse({
+                "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "length",
+                             "message": {"role": "assistant", "content": "Rationale: ok\nVerdict: True"}}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            })
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self) -> None:
+        """Serve in a background thread; return once it accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            assert time.monotonic() < deadline, "fake OpenAI server did not start"
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.should_exit = True
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[FakeOpenAIServer]:
+    server = FakeOpenAIServer()
+    server.start()
+    yield server
+    server.close()
+
+
+def _oa_config(base_url: str, **kw: Any) -> EngineConfig:
+    return EngineConfig(backend="openai", base_url=base_url, extra={"max_retries": "0"}, **{"model_id": "judge", **kw})
+
+
+async def test_openai_sends_sampling_and_regex(openai_server: FakeOpenAIServer) -> None:
+    openai_server.fail_status = None
+    engine = create_engine(_oa_config(openai_server.base_url, openai_regex=True))
+    assert isinstance(engine, OpenAIEngine) and engine.supports_regex
+    await engine.start()
+    try:
+        messages = [{"role": "system", "content": "judge"}, {"role": "user", "content": SECRET}]
+        params = GenParams(max_tokens=9, temperature=0.5, top_p=0.8, seed=7, regex=r"Verdict: (True|False)")
+        result = await engine.generate(messages, params, "req-1")
+    finally:
+        await engine.stop()
+    sent = openai_server.requests[-1]
+    assert sent["model"] == "judge" and sent["messages"] == messages
+    assert (sent["max_tokens"], sent["temperature"], sent["top_p"], sent["seed"]) == (9, 0.5, 0.8, 7)
+    assert sent["structured_outputs"] == {"regex": r"Verdict: (True|False)"}
+    assert result == GenResult("Rationale: ok\nVerdict: True", prompt_tokens=11, output_tokens=7,
+                               finish_reason="length")
+    assert not engine.healthy()
+
+
+async def test_openai_without_regex_support_sends_no_structured_outputs(openai_server: FakeOpenAIServer) -> None:
+    openai_server.fail_status = None
+    engine = OpenAIEngine(_oa_config(openai_server.base_url, openai_model="judge", model_id="other"))
+    assert not engine.supports_regex
+    await engine.start()
+    await engine.generate([{"role": "user", "content": "hi"}], GenParams(regex="x+"), "req-2")
+    await engine.stop()
+    sent = openai_server.requests[-1]
+    assert sent["model"] == "judge" and "structured_outputs" not in sent and "seed" not in sent
+
+
+async def test_openai_http_error_maps_to_engine_error(openai_server: FakeOpenAIServer,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    engine = OpenAIEngine(_oa_config(openai_server.base_url))
+    await engine.start()
+    openai_server.fail_status = 500
+    try:
+        with caplog.at_level("INFO"), pytest.raises(EngineError, match="HTTP 500") as info:
+            await engine.generate([{"role": "user", "content": SECRET}], GenParams(), "req-3")
+    finally:
+        openai_server.fail_status = None
+        await engine.stop()
+    assert SECRET not in str(info.value)
+    assert SECRET not in caplog.text
+    assert engine.queue_depth() == 0
+
+
+async def test_openai_cancellation_frees_the_request(openai_server: FakeOpenAIServer) -> None:
+    engine = OpenAIEngine(_oa_config(openai_server.base_url))
+    await engine.start()
+    openai_server.delay = 0.5
+    try:
+        task = asyncio.create_task(engine.generate([{"role": "user", "content": "hi"}], GenParams(), "req-4"))
+        await asyncio.sleep(0.1)
+        assert engine.queue_depth() == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert engine.queue_depth() == 0
+    finally:
+        openai_server.delay = 0.0
+        await engine.stop()
+
+
+async def test_openai_start_fails_clearly(openai_server: FakeOpenAIServer) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    down = OpenAIEngine(_oa_config(dead))
+    with pytest.raises(EngineError, match="unreachable"):
+        await down.start()
+    assert not down.healthy()
+    with pytest.raises(EngineError, match="not running"):
+        await down.generate([{"role": "user", "content": "hi"}], GenParams(), "req-5")
+    wrong = OpenAIEngine(_oa_config(openai_server.base_url, openai_model="no-such-model"))
+    with pytest.raises(EngineError, match="not served"):
+        await wrong.start()
+
+
+# --------------------------------------------------------------------------- the FakeEngine double
+
+
+async def test_fake_engine_records_calls_and_answers() -> None:
+    async def responder(messages: list[dict[str, str]], params: GenParams) -> str:
+        return f"echo {len(messages)} {params.max_tokens}"
+
+    engine = FakeEngine(responder, supports_regex=True)
+    await engine.start()
+    assert engine.supports_regex and engine.healthy()
+    result = await engine.generate([{"role": "user", "content": "a b"}], GenParams(max_tokens=3), "f1")
+    assert result.text == "echo 1 3" and result.output_tokens == 3
+    assert [c.request_id for c in engine.calls] == ["f1"]
+    sync = FakeEngine(lambda m, p: GenResult("x", finish_reason="length"))
+    await sync.start()
+    assert (await sync.generate([], GenParams(), "f2")).finish_reason == "length"
+
+
+async def test_fake_engine_delay_and_cancellation() -> None:
+    engine = FakeEngine(lambda m, p: "late", delay=5.0)
+    await engine.start()
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(engine.generate([], GenParams(), "slow"), 0.05)
+    assert engine.cancelled == ["slow"] and engine.queue_depth() == 0
+    await engine.stop()
+    with pytest.raises(EngineError):
+        await engine.generate([], GenParams(), "stopped")
