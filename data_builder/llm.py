@@ -1,0 +1,262 @@
+"""LLM calls for the stages: any reward-service engine, a disk cache keyed by content hash, bounded retries.
+
+Every call names a validator: the raw text is accepted only when the validator returns a value; otherwise the
+call is re-generated (a new seed, a higher temperature) up to ``max_retries`` times and then recorded as
+failed. Nothing is ever made up for a failed call. Each attempt is cached on disk under the hash of
+everything that changes its answer (backend, model id + revision, messages, sampling, attempt number), so a
+re-run of a stage costs no generation at all; the engine is only started on the first cache miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from reward_server.engines import BACKENDS, create_engine
+from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, Message
+
+from data_builder.stage import progress
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_cache_dir() -> Path:
+    """``$COMPEER_CACHE/data_builder/llm`` (``~/.cache/compeer/data_builder/llm`` by default)."""
+    from reward_server.model_store import cache_dir
+
+    return cache_dir() / "data_builder" / "llm"
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Which model answers, and how."""
+
+    backend: str = "transformers"
+    model: str = "default"
+    max_retries: int = 2
+    retry_temperature: float = 0.8
+    concurrency: int = 4
+    cache_dir: Path | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    seed: int = 0
+
+
+@dataclass
+class Completion(Generic[T]):
+    """The outcome of one validated call: ``value`` is None exactly when every attempt failed validation."""
+
+    value: T | None
+    text: str
+    attempts: int
+    cache_hits: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+@dataclass
+class CallStats:
+    """Counts over a stage's calls (reported in its manifest)."""
+
+    calls: int = 0
+    generations: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failed: int = 0
+    engine_errors: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class LLM:
+    """A cached, validating front for a reward-service engine (``reward_server.engines.create_engine``).
+
+    Pass ``engine`` to use an already-built engine (tests use a fake engine this way); otherwise the engine
+    is built from ``settings`` on the first cache miss and stopped by :meth:`close`.
+    """
+
+    def __init__(self, settings: LLMSettings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self._engine = engine
+        self._own_engine = engine is None
+        self._started = engine is not None
+        self._lock = asyncio.Lock()
+        self.stats = CallStats()
+        self.cache_dir = settings.cache_dir or default_cache_dir()
+        self.model_id, self.revision = self._identity()
+
+    def _identity(self) -> tuple[str, str]:
+        if self._engine is not None:
+            cfg = self._engine.config
+            return (cfg.model_id or cfg.model_path or self._engine.name, cfg.revision or "")
+        if self.settings.backend == "openai":
+            return (self.settings.model, f"openai:{self.settings.base_url or ''}")
+        from reward_server.model_store import resolve_model
+
+        ref = resolve_model(self.settings.model)
+        self._model_path = ref.path
+        return (ref.model_id, ref.revision)
+
+    def engine_config(self) -> EngineConfig:
+        """The EngineConfig this LLM builds its engine from."""
+        s = self.settings
+        if s.backend == "openai":
+            return EngineConfig(backend="openai", model_id=s.model, revision=self.revision, seed=s.seed,
+                                base_url=s.base_url, api_key=os.environ.get(s.api_key_env),
+                                openai_model=s.model)
+        return EngineConfig(backend=s.backend, model_path=self._model_path, model_id=self.model_id,
+                            revision=self.revision, seed=s.seed)
+
+    async def _get_engine(self) -> Engine:
+        async with self._lock:
+            if self._engine is None:
+                log.info("starting %s engine for %s", self.settings.backend, self.model_id)
+                self._engine = create_engine(self.engine_config())
+            if not self._started:
+                await self._engine.start()
+                self._started = True
+        return self._engine
+
+    async def aclose(self) -> None:
+        """Stop the engine if this LLM started it."""
+        if self._engine is not None and self._own_engine and self._started:
+            await self._engine.stop()
+            self._started = False
+
+    def _key(self, messages: Sequence[Message], params: GenParams, attempt: int) -> str:
+        payload = {
+            "backend": self.settings.backend if self._own_engine else self._engine.name if self._engine else "",
+            "model": self.model_id,
+            "revision": self.revision,
+            "messages": list(messages),
+            "params": {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+                       "seed": params.seed, "regex": params.regex},
+            "attempt": attempt,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+    def _cache_path(self, key: str) -> Path:
+        return self.cache_dir / key[:2] / f"{key}.json"
+
+    def _cache_get(self, key: str) -> str | None:
+        p = self._cache_path(key)
+        if not p.exists():
+            return None
+        try:
+            return str(json.loads(p.read_text(encoding="utf-8"))["text"])
+        except (json.JSONDecodeError, KeyError, OSError) as exc:
+            log.warning("ignoring unreadable LLM cache entry %s: %s", p.name, exc)
+            return None
+
+    def _cache_put(self, key: str, text: str) -> None:
+        p = self._cache_path(key)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"model": self.model_id, "revision": self.revision, "text": text},
+                                  ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, p)
+
+    async def complete(self, messages: Sequence[Message], params: GenParams, validate: Callable[[str], T | None],
+                       request_id: str) -> Completion[T]:
+        """Generate until ``validate`` accepts the text (at most ``1 + max_retries`` attempts)."""
+        self.stats.calls += 1
+        text, hits = "", 0
+        seed = params.seed if params.seed is not None else self.settings.seed
+        for attempt in range(self.settings.max_retries + 1):
+            p = params if attempt == 0 else GenParams(
+                max_tokens=params.max_tokens, temperature=max(params.temperature, self.settings.retry_temperature),
+                top_p=params.top_p, seed=seed + attempt, regex=params.regex)
+            if attempt == 0 and p.seed is None:
+                p = GenParams(p.max_tokens, p.temperature, p.top_p, seed, p.regex)
+            key = self._key(messages, p, attempt)
+            cached = self._cache_get(key)
+            if cached is not None:
+                text = cached
+                hits += 1
+                self.stats.cache_hits += 1
+            else:
+                engine = await self._get_engine()
+                try:
+                    result = await engine.generate(list(messages), p, request_id=f"{request_id}-a{attempt}")
+                except EngineError as exc:
+                    self.stats.engine_errors += 1
+                    self.stats.failed += 1
+                    return Completion(None, text, attempt + 1, hits, error=f"engine_error: {exc}")
+                text = result.text
+                self.stats.generations += 1
+                self._cache_put(key, text)
+            if attempt > 0:
+                self.stats.retries += 1
+            value = validate(text)
+            if value is not None:
+                return Completion(value, text, attempt + 1, hits)
+        self.stats.failed += 1
+        return Completion(None, text, self.settings.max_retries + 1, hits, error="invalid_format")
+
+
+async def map_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]], concurrency: int, desc: str) -> list[R]:
+    """Run ``fn`` over items with at most ``concurrency`` in flight; results in input order; progress bar."""
+    sem = asyncio.Semaphore(max(1, concurrency))
+    results: list[Any] = [None] * len(items)
+
+    async def one(i: int, item: T) -> int:
+        async with sem:
+            results[i] = await fn(item)
+        return i
+
+    tasks = [asyncio.create_task(one(i, it)) for i, it in enumerate(items)]
+    try:
+        for fut in progress(asyncio.as_completed(tasks), desc=desc, total=len(tasks)):
+            await fut
+    finally:
+        for t in tasks:
+            t.cancel()
+    return results
+
+
+def add_llm_options(parser: argparse.ArgumentParser) -> None:
+    """--backend, --model, --base-url, --api-key-env, --max-retries, --concurrency, --cache-dir."""
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers",
+                        help="engine of the reward service that answers (default: transformers)")
+    parser.add_argument("--model", default="default",
+                        help="'default' (embedded SmolLM2-135M), a local HF folder, or the remote model name (openai)")
+    parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (backend openai)")
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env var holding the API key (backend openai)")
+    parser.add_argument("--max-retries", type=int, default=2, help="re-generations of an invalid output")
+    parser.add_argument("--concurrency", type=int, default=4, help="LLM calls in flight")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="LLM cache (default $COMPEER_CACHE/data_builder/llm)")
+
+
+def settings_from_args(args: argparse.Namespace) -> LLMSettings:
+    """LLMSettings from the parsed --backend/--model/... options."""
+    if args.max_retries < 0:
+        raise ValueError("--max-retries must be >= 0")
+    return LLMSettings(backend=args.backend, model=args.model, max_retries=args.max_retries,
+                       concurrency=args.concurrency, cache_dir=args.cache_dir, base_url=args.base_url,
+                       api_key_env=args.api_key_env, seed=args.seed)
+
+
+EngineFactory = Callable[[LLMSettings], LLM]
+
+
+def default_llm_factory(settings: LLMSettings) -> LLM:
+    """Build an :class:`LLM` whose engine comes from ``create_engine`` (stages accept another factory in tests)."""
+    return LLM(settings)
+
+
+__all__ = ["LLM", "CallStats", "Completion", "LLMSettings", "add_llm_options", "default_llm_factory",
+           "map_bounded", "settings_from_args"]
