@@ -1,0 +1,7 @@
+"""COMPEER policy training: GRPO on TRL with UnifiReward rewards from the reward service.
+
+Modules: ``config`` (the GRPO config and YAML profiles), ``rewards`` (the async reward function TRL calls),
+``data`` (prompt sets), ``warmup`` (optional SFT warm-up on CER outputs), ``report`` (metrics.jsonl and plots),
+``runner`` (builds and runs the trainer), ``cli`` (``compeer-train grpo``).
+Heavy stacks (torch, trl) are imported by the modules that need them, never here.
+"""

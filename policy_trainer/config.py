@@ -1,0 +1,262 @@
+"""The GRPO configuration: TRL's ``GRPOConfig`` plus the COMPEER fields, and YAML profiles.
+
+Every field has help text; :meth:`CompeerGRPOConfig.__post_init__` validates and each ``ValueError`` says what
+to change. Profiles (``policy_trainer/profiles/*.yaml``) are flat mappings of field names to values; command-line
+overrides are applied on top before the config is built (:func:`load_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from trl import GRPOConfig
+
+from cer.redundancy import RedundancyMode
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+_ADDRESS = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
+
+
+class RewardJudgeMode(str, enum.Enum):
+    """How the trainer asks the reward service to judge.
+
+    ``unified``: UnifiReward's multi-turn judge (steps 1-3 then the reply), the paper's UR/URP.
+    ``single_pass``: one judge generation for all four components.
+    ``prm_orm``: the paper's POR ablation: two calls on the same server, mode ``prm`` (steps) and mode ``orm``
+    (reply preference); the reward is steps + preference + format.
+    """
+
+    UNIFIED = "unified"
+    SINGLE_PASS = "single_pass"
+    PRM_ORM = "prm_orm"
+
+
+class LengthUnit(str, enum.Enum):
+    """The unit of L, the mean output length in Eq.7's gate."""
+
+    TOKENS = "tokens"
+    WORDS = "words"
+
+
+def _choices(enum_type: type[enum.Enum]) -> str:
+    return " | ".join(str(m.value) for m in enum_type)
+
+
+@dataclass
+class CompeerGRPOConfig(GRPOConfig):
+    """TRL's GRPOConfig with the reward-service, redundancy, policy, data and warm-up settings of COMPEER."""
+
+    # ---- reward service ----------------------------------------------------------------------------------------
+    reward_server: list[str] = field(
+        default_factory=list,
+        metadata={"help": "gRPC addresses (host:port) of the reward service replicas, used round-robin. "
+                          "Required: set `reward_server` in the profile or pass --reward-server ADDR."},
+    )
+    judge_mode: str = field(
+        default=RewardJudgeMode.UNIFIED.value,
+        metadata={"help": f"How rewards are judged: {_choices(RewardJudgeMode)}. prm_orm is the paper's POR "
+                          "ablation (modes prm and orm on the same server, summed with the format reward)."},
+    )
+    reward_timeout_s: float = field(
+        default=120.0,
+        metadata={"help": "Deadline of one reward call (one ScoreBatch per generation batch), client retries "
+                          "included. Past it, that batch's rewards are None (NaN in TRL) and counted."},
+    )
+    reward_max_retries: int = field(
+        default=3,
+        metadata={"help": "Extra attempts after an UNAVAILABLE answer, within reward_timeout_s."},
+    )
+    # ---- redundancy (Eq.5-7) -------------------------------------------------------------------------------------
+    redundancy_mode: str = field(
+        default=RedundancyMode.PAPER.value,
+        metadata={"help": f"Redundancy-aware reweighting: {_choices(RedundancyMode)}. paper divides every reward "
+                          "by (1 + tau s_in)(1 + tau s_hi) (so redundant negative rewards get less negative); "
+                          "sign_aware multiplies negative rewards instead, so redundancy always costs reward."},
+    )
+    redundancy_alpha: float = field(default=0.5, metadata={"help": "alpha of Eq.7's length gate (paper: 0.5)."})
+    redundancy_beta: float = field(default=5.0, metadata={"help": "beta of Eq.7's length gate (paper: 5)."})
+    length_unit: str = field(
+        default=LengthUnit.TOKENS.value,
+        metadata={"help": f"Unit of L, the group's mean output length in Eq.7: {_choices(LengthUnit)}."},
+    )
+    zero_std_warn_fraction: float = field(
+        default=0.8,
+        metadata={"help": "Warn when frac_reward_zero_std (groups with no reward spread, hence no learning "
+                          "signal) is at least this fraction; the remedy is the SFT warm-up."},
+    )
+    # ---- policy --------------------------------------------------------------------------------------------------
+    policy_model: str | None = field(
+        default="default",
+        metadata={"help": "The policy: `default` (the embedded SmolLM2-135M-Instruct) or a local HF folder. "
+                          "Nothing is downloaded."},
+    )
+    policy_dtype: str = field(
+        default="float32",
+        metadata={"help": "Precision the policy weights are loaded in: float32 | bfloat16."},
+    )
+    use_lora: bool = field(default=True, metadata={"help": "Train LoRA adapters instead of the full policy."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (lora_alpha / r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA branch."})
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "Module names that get LoRA adapters."},
+    )
+    # ---- data --------------------------------------------------------------------------------------------------
+    prompt_set: str = field(
+        default="smoke",
+        metadata={"help": "GRPO prompts: `smoke` (the set shipped in policy_trainer/data), a datasets folder "
+                          "written by `compeer-data emit`, or a JSONL file, with columns dialogue_id, history "
+                          "[{role, text}], reference and optionally prompt (chat messages)."},
+    )
+    max_prompts: int | None = field(default=None, metadata={"help": "Use at most this many prompts (None: all)."})
+    # ---- SFT warm-up -------------------------------------------------------------------------------------------
+    warmup_steps: int = field(
+        default=0,
+        metadata={"help": "Optimizer steps of SFT on CER-format outputs before GRPO (0: no warm-up). A small "
+                          "policy never writes the CER tags unprompted; without a warm-up GRPO sees no reward "
+                          "spread in most groups."},
+    )
+    warmup_dataset: str = field(
+        default="smoke",
+        metadata={"help": "Warm-up data: `smoke` or a JSONL/datasets folder with history and target (a CER "
+                          "output) columns."},
+    )
+    warmup_learning_rate: float = field(default=2e-4, metadata={"help": "Learning rate of the SFT warm-up."})
+
+    def __post_init__(self) -> None:
+        self._validate_compeer_fields()
+        if self.bf16 is None:
+            self.bf16 = _cuda_available()
+        elif self.bf16 and not _cuda_available():
+            raise ValueError("bf16: true needs a GPU and none is visible; set `bf16: false` in the profile for CPU "
+                             "runs (TRL turns bf16 on by default)")
+        super().__post_init__()
+        self._validate_grouping()
+
+    def _validate_compeer_fields(self) -> None:
+        if isinstance(self.reward_server, str):
+            self.reward_server = [self.reward_server]
+        if not self.reward_server:
+            raise ValueError("reward_server is empty: set `reward_server: [host:port]` in the profile or pass "
+                             "--reward-server HOST:PORT (start one with `compeer-reward serve`)")
+        for addr in self.reward_server:
+            if not _ADDRESS.match(addr):
+                raise ValueError(f"reward_server entry {addr!r} is not host:port (e.g. localhost:50051)")
+        self.judge_mode = _enum_value(RewardJudgeMode, self.judge_mode, "judge_mode")
+        self.redundancy_mode = _enum_value(RedundancyMode, self.redundancy_mode, "redundancy_mode")
+        self.length_unit = _enum_value(LengthUnit, self.length_unit, "length_unit")
+        for name in ("redundancy_alpha", "redundancy_beta"):
+            if not math.isfinite(float(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number (paper: alpha 0.5, beta 5)")
+        if self.redundancy_alpha < 0:
+            raise ValueError("redundancy_alpha must be >= 0 (a negative alpha would penalise short outputs "
+                             "instead of long ones); the paper uses 0.5")
+        if not self.reward_timeout_s > 0:
+            raise ValueError("reward_timeout_s must be > 0: training must never wait on a dead server unbounded")
+        if self.reward_max_retries < 0:
+            raise ValueError("reward_max_retries must be >= 0")
+        if not 0.0 <= self.zero_std_warn_fraction <= 1.0:
+            raise ValueError("zero_std_warn_fraction is a fraction of groups: set it between 0 and 1")
+        if not self.policy_model:
+            raise ValueError("policy_model is required: pass --policy-model PATH (a local HF folder) or set "
+                             "`policy_model` in the profile (`default` is the embedded SmolLM2-135M)")
+        if self.policy_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"policy_dtype must be float32 or bfloat16 (got {self.policy_dtype!r})")
+        if self.use_lora and (self.lora_r <= 0 or not self.lora_target_modules):
+            raise ValueError("use_lora needs lora_r > 0 and at least one lora_target_modules entry")
+        if self.warmup_steps < 0:
+            raise ValueError("warmup_steps must be >= 0 (0 turns the SFT warm-up off)")
+        if self.max_prompts is not None and self.max_prompts <= 0:
+            raise ValueError("max_prompts must be positive, or null for all prompts")
+        if self.log_completions:
+            raise ValueError("log_completions prints prompts and completions (dialogue text, which is sensitive); "
+                             "keep it false (compeer logs reward statistics only)")
+
+    def _validate_grouping(self) -> None:
+        """Each process must hold whole rollout groups: the reweighting (Eq.5-7) works on a group at a time."""
+        local = self.per_device_train_batch_size * (self.steps_per_generation or 1)
+        if self.world_size > 1 and local % self.num_generations != 0:
+            raise ValueError(
+                f"with {self.world_size} processes each process generates {local} completions per generation "
+                f"batch, which splits groups of num_generations={self.num_generations} across processes, and "
+                "redundancy reweighting needs the whole group: make per_device_train_batch_size * "
+                "steps_per_generation a multiple of num_generations")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _enum_value(enum_type: type[enum.Enum], value: Any, name: str) -> str:
+    try:
+        return str(enum_type(value.value if isinstance(value, enum.Enum) else value).value)
+    except ValueError:
+        raise ValueError(f"{name} must be one of {_choices(enum_type)} (got {value!r})") from None
+
+
+def field_names() -> set[str]:
+    """Every field a profile or an override may set."""
+    return {f.name for f in dataclasses.fields(CompeerGRPOConfig) if f.init}
+
+
+def resolve_profile(spec: str) -> Path:
+    """A profile path, or the name of a shipped profile (``cpu-smoke``, ``gpu-paper``)."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    shipped = PROFILE_DIR / f"{spec}.yaml"
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
+    raise ValueError(f"--config {spec!r}: no such file, and not a shipped profile ({names})")
+
+
+def read_profile(spec: str) -> dict[str, Any]:
+    """The mapping a profile file holds; raises ``ValueError`` naming unknown keys."""
+    path = resolve_profile(spec)
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"profile {path}: expected a mapping of config fields to values")
+    unknown = sorted(set(data) - field_names())
+    if unknown:
+        raise ValueError(f"profile {path}: unknown fields {unknown}; see `compeer-train grpo --help-fields`")
+    return data
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE read as YAML (so numbers, booleans, lists and null work)."""
+    if "=" not in item:
+        raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if key not in field_names():
+        raise ValueError(f"--set {key}: not a config field; see `compeer-train grpo --help-fields`")
+    return key, yaml.safe_load(raw)
+
+
+def load_config(spec: str, overrides: Mapping[str, Any] | None = None) -> CompeerGRPOConfig:
+    """Build the config from a profile and overrides (later wins). Raises ``ValueError`` with the remedy."""
+    values = read_profile(spec)
+    values.update(overrides or {})
+    return CompeerGRPOConfig(**values)
+
+
+def describe_fields() -> str:
+    """One line per COMPEER field with its help text (the TRL fields are documented by TRL)."""
+    base = {f.name for f in dataclasses.fields(GRPOConfig)}
+    lines = []
+    for f in dataclasses.fields(CompeerGRPOConfig):
+        if f.name not in base:
+            lines.append(f"{f.name}: {f.metadata.get('help', '')}")
+    return "\n".join(lines)

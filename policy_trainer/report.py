@@ -1,0 +1,156 @@
+"""Run reporting: ``OUT/metrics.jsonl`` (one line per logged step), progress lines, PNG plots and a summary.
+
+``metrics.jsonl`` holds what TRL logs each step (loss, reward, reward_std, frac_reward_zero_std, step_time, ...)
+plus the ``compeer/*`` metrics of the reward function. The summary's ``reward_wait_share`` is the time spent in
+reward calls divided by the step time, summed over the run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+log = logging.getLogger(__name__)
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+
+#: Plot name -> the metric keys drawn on it.
+PLOTS: dict[str, tuple[str, ...]] = {
+    "reward_components": ("compeer/step_reward_mean", "compeer/preference_reward_mean",
+                          "compeer/format_reward_mean"),
+    "reward_reweighting": ("compeer/reward_raw_mean", "compeer/reward_reweighted_mean", "reward"),
+    "redundancy": ("compeer/s_in_mean", "compeer/s_hi_mean", "compeer/tau_mean"),
+    "failures": ("compeer/parse_failure_rate", "compeer/timeout_rate", "compeer/unscored_rate",
+                 "frac_reward_zero_std"),
+    "timing": ("step_time", "compeer/reward_call_latency_s", "compeer/reward_fn_overhead_s"),
+}
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsReport(TrainerCallback):
+    """Appends one JSON line per logged training step; warns when groups carry no reward spread."""
+
+    def __init__(self, out_dir: Path, zero_std_warn_fraction: float) -> None:
+        self.path = out_dir / METRICS_FILE
+        self.zero_std_warn_fraction = zero_std_warn_fraction
+        self._warned = False
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs or not state.is_world_process_zero or "train_runtime" in logs:
+            return
+        row = {"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        wait = row.get("compeer/reward_call_latency_s")
+        log.info("step %d/%d  reward %s  zero-std groups %s  step %.1fs  reward wait %s", state.global_step,
+                 state.max_steps, _fmt(row.get("reward")), _fmt(row.get("frac_reward_zero_std")),
+                 row.get("step_time") or float("nan"), _fmt(wait))
+        frac = row.get("frac_reward_zero_std")
+        if isinstance(frac, float) and frac >= self.zero_std_warn_fraction and not self._warned:
+            self._warned = True
+            log.warning("frac_reward_zero_std = %.2f: most groups have identical rewards, so GRPO gets no signal "
+                        "from them. A small policy rarely writes the CER tags: run the SFT warm-up "
+                        "(--set warmup_steps=N) or raise num_generations/temperature.", frac)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else "n/a"
+
+
+def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
+    path = out_dir / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truncate_metrics(out_dir: Path, last_step: int) -> None:
+    """Drop lines after ``last_step`` (a resumed run re-logs the steps after its checkpoint)."""
+    rows = [r for r in read_metrics(out_dir) if int(r.get("step", 0)) <= last_step]
+    path = out_dir / METRICS_FILE
+    if path.exists():
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and math.isfinite(float(v)):
+            xs.append(int(r["step"]))
+            ys.append(float(v))
+    return xs, ys
+
+
+def write_plots(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
+    """One PNG per entry of :data:`PLOTS` under ``OUT/plots``; keys never logged are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    plot_dir = out_dir / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    for name, keys in PLOTS.items():
+        fig, ax = plt.subplots(figsize=(7, 4))
+        drawn = 0
+        for key in keys:
+            xs, ys = _series(rows, key)
+            if xs:
+                ax.plot(xs, ys, marker="o", markersize=3, label=key)
+                drawn += 1
+        if drawn:
+            ax.set_xlabel("step")
+            ax.set_title(name.replace("_", " "))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            path = plot_dir / f"{name}.png"
+            fig.tight_layout()
+            fig.savefig(path, dpi=110)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-step time, the share of it spent waiting on rewards, first/last rewards."""
+    _, step_times = _series(rows, "step_time")
+    _, waits = _series(rows, "compeer/reward_call_latency_s")
+    _, rewards = _series(rows, "reward")
+    _, failures = _series(rows, "compeer/reward_call_failures")
+    out: dict[str, Any] = {"steps_logged": len(rows), "reward_call_failures": sum(failures)}
+    if step_times:
+        out["step_time_mean_s"] = sum(step_times) / len(step_times)
+        out["step_time_median_s"] = sorted(step_times)[len(step_times) // 2]
+    if waits:
+        out["reward_wait_mean_s"] = sum(waits) / len(waits)
+    if step_times and waits and sum(step_times) > 0:
+        out["reward_wait_share"] = sum(waits) / sum(step_times)
+    if rewards:
+        out["reward_first"], out["reward_last"] = rewards[0], rewards[-1]
+        k = max(1, len(rewards) // 4)
+        out["reward_first_quarter_mean"] = sum(rewards[:k]) / k
+        out["reward_last_quarter_mean"] = sum(rewards[-k:]) / k
+    return out
+
+
+def write_report(out_dir: Path) -> dict[str, Any]:
+    """Plots and ``OUT/summary.json`` from ``OUT/metrics.jsonl``; returns the summary."""
+    rows = read_metrics(out_dir)
+    summary = summarise(rows)
+    summary["plots"] = [str(p.relative_to(out_dir)) for p in write_plots(out_dir, rows)]
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,392 @@
+"""The reward function TRL's GRPOTrainer calls: UnifiReward scores from the reward service, reweighted (Eq.5-7).
+
+One call per generation batch: the batch's completions are split into rollout groups (TRL puts the
+``num_generations`` completions of a prompt next to each other), all groups go to the server in ONE ``ScoreBatch``
+RPC, and each group's rewards are reweighted with the similarities the server returned. Items the judge could not
+score get ``None`` (TRL turns it into NaN and leaves the item out of the group baseline): never a made-up 0.
+A failed or timed-out call (after the client's retries, within ``reward_timeout_s``) makes that batch's rewards
+None and is counted; it never blocks training for longer than the deadline.
+
+Only counts and statistics are logged; dialogue text never leaves DEBUG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cer.dialogue import Turn
+from cer.redundancy import RedundancyMode, reweight
+from reward_server.client import RewardCallError
+from reward_server.types import (
+    CandidateResult,
+    ErrorInfo,
+    GroupRequest,
+    GroupResponse,
+    JudgeMode,
+    ScoreOptions,
+    Status,
+)
+
+from policy_trainer.config import CompeerGRPOConfig, LengthUnit, RewardJudgeMode
+
+log = logging.getLogger(__name__)
+
+#: Prefix of every metric this module logs through TRL's ``log_metric``.
+METRIC_PREFIX = "compeer/"
+
+
+class ScoringClient(Protocol):
+    """What the reward function needs from a client (``reward_server.client.RewardClient`` has it)."""
+
+    async def score_batch(self, groups: Sequence[GroupRequest],
+                          timeout_s: float | None = None) -> list[GroupResponse | ErrorInfo]: ...
+
+    async def close(self) -> None: ...
+
+
+ClientFactory = Callable[[], ScoringClient]
+MetricLogger = Callable[[str, float], None]
+
+
+class GroupingError(ValueError):
+    """The batch is not made of whole rollout groups of one prompt each."""
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """What the reward function needs from the config."""
+
+    num_generations: int
+    judge_mode: RewardJudgeMode = RewardJudgeMode.UNIFIED
+    redundancy_mode: RedundancyMode = RedundancyMode.PAPER
+    alpha: float = 0.5
+    beta: float = 5.0
+    length_unit: LengthUnit = LengthUnit.TOKENS
+    timeout_s: float = 120.0
+    #: seconds granted beyond the client's own deadline before a call is abandoned (a guard, not the deadline)
+    guard_s: float = 5.0
+
+    @classmethod
+    def from_config(cls, cfg: CompeerGRPOConfig) -> RewardSettings:
+        return cls(num_generations=cfg.num_generations, judge_mode=RewardJudgeMode(cfg.judge_mode),
+                   redundancy_mode=RedundancyMode(cfg.redundancy_mode), alpha=cfg.redundancy_alpha,
+                   beta=cfg.redundancy_beta, length_unit=LengthUnit(cfg.length_unit), timeout_s=cfg.reward_timeout_s)
+
+
+@dataclass
+class ItemScore:
+    """One completion's judged components (None where not obtained)."""
+
+    total: float | None = None
+    steps: list[float | None] = field(default_factory=list)
+    preference: float | None = None
+    format: float | None = None
+    status: Status | None = None  # None: the call for it failed
+    s_in: float | None = None
+    s_hi: float | None = None
+
+
+@dataclass
+class BatchStats:
+    """What one call of the reward function measured; also logged as ``compeer/<name>`` metrics."""
+
+    items: int = 0
+    groups: int = 0
+    scored: int = 0
+    parse_failed: int = 0
+    timeouts: int = 0
+    call_failures: int = 0
+    group_errors: int = 0
+    similarity_missing: int = 0
+    step_rewards: list[float] = field(default_factory=list)
+    preference_rewards: list[float] = field(default_factory=list)
+    format_rewards: list[float] = field(default_factory=list)
+    raw_rewards: list[float] = field(default_factory=list)
+    reweighted_rewards: list[float] = field(default_factory=list)
+    s_in: list[float] = field(default_factory=list)
+    s_hi: list[float] = field(default_factory=list)
+    taus: list[float] = field(default_factory=list)
+    rpc_s: float = 0.0
+    total_s: float = 0.0
+    server_inference_ms: list[float] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        """Metric name (without prefix) -> value; means over empty lists are left out rather than made up."""
+        n = max(self.items, 1)
+        out: dict[str, float] = {
+            "parse_failure_rate": self.parse_failed / n,
+            # capped: in prm_orm mode a timed-out batch is counted once per call
+            "timeout_rate": min(1.0, self.timeouts / n),
+            "unscored_rate": (self.items - self.scored) / n,
+            "reward_call_failures": float(self.call_failures),
+            "reward_call_latency_s": self.rpc_s,
+            "reward_fn_overhead_s": max(0.0, self.total_s - self.rpc_s),
+        }
+        means = {"step_reward_mean": self.step_rewards, "preference_reward_mean": self.preference_rewards,
+                 "format_reward_mean": self.format_rewards, "reward_raw_mean": self.raw_rewards,
+                 "reward_reweighted_mean": self.reweighted_rewards, "s_in_mean": self.s_in, "s_hi_mean": self.s_hi,
+                 "tau_mean": self.taus, "server_inference_ms": self.server_inference_ms}
+        for name, values in means.items():
+            if values:
+                out[name] = sum(values) / len(values)
+        return out
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion: a string, or TRL's conversational form ``[{"role": "assistant", "content": ...}]``."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        parts: list[str] = []
+        for message in completion:
+            content = message.get("content", "") if isinstance(message, dict) else message
+            if isinstance(content, list):  # content blocks
+                parts.extend(str(b.get("text", "")) for b in content if isinstance(b, dict))
+            else:
+                parts.append(str(content))
+        return "".join(parts)
+    raise TypeError(f"completion of unexpected type {type(completion).__name__}")
+
+
+def split_groups(n_items: int, num_generations: int, histories: Sequence[Any],
+                 references: Sequence[Any]) -> list[range]:
+    """Index ranges of the rollout groups; raises :class:`GroupingError` when a range mixes prompts."""
+    if n_items % num_generations != 0:
+        raise GroupingError(f"the reward function got {n_items} completions, not a multiple of num_generations="
+                            f"{num_generations}: each process must hold whole rollout groups (see config)")
+    groups = [range(s, s + num_generations) for s in range(0, n_items, num_generations)]
+    for g in groups:
+        first = g[0]
+        for i in g[1:]:
+            if histories[i] != histories[first] or references[i] != references[first]:
+                raise GroupingError(f"completions {first}..{g[-1]} should share one prompt (TRL groups "
+                                    f"num_generations={num_generations} consecutive completions) but differ at {i}: "
+                                    "the generation batch was split across processes or reordered")
+    return groups
+
+
+def _history(raw: Any) -> list[Turn]:
+    if not isinstance(raw, list):
+        raise ValueError("the dataset's `history` column must hold a list of {role, text} turns")
+    return [t if isinstance(t, Turn) else Turn.from_dict(t) for t in raw]
+
+
+def _total_of(parts: list[float | None]) -> float | None:
+    if any(p is None for p in parts):
+        return None
+    return float(sum(p for p in parts if p is not None))
+
+
+class CompeerReward:
+    """Async reward function for ``GRPOTrainer(reward_funcs=[...])``; logged by TRL as ``rewards/compeer``.
+
+    Args:
+        settings: grouping, judge mode, redundancy and deadline settings.
+        client_factory: builds the scoring client. It is called lazily on the event loop TRL runs async reward
+            functions on (gRPC aio channels belong to the loop they were made on).
+    """
+
+    __name__ = "compeer"
+
+    def __init__(self, settings: RewardSettings, client_factory: ClientFactory) -> None:
+        self.settings = settings
+        self._factory = client_factory
+        self._client: ScoringClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.last_stats: BatchStats | None = None
+        self.total_call_failures = 0
+
+    # ---- client lifecycle ------------------------------------------------------------------------------------
+    def _client_for_loop(self) -> ScoringClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = self._factory()
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client (on the loop it was made on)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    # ---- the call TRL makes -----------------------------------------------------------------------------------
+    async def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
+                       *, history: list[Any] | None = None, reference: list[Any] | None = None,
+                       log_metric: MetricLogger | None = None, **_: Any) -> list[float | None]:
+        t0 = time.perf_counter()
+        n = len(completions)
+        if history is None:
+            raise ValueError("the GRPO dataset needs a `history` column (list of {role, text}); see policy_trainer.data")
+        refs: list[Any] = list(reference) if reference is not None else [None] * n
+        groups = split_groups(n, self.settings.num_generations, history, refs)
+        texts = [completion_text(c) for c in completions]
+        stats = BatchStats(items=n, groups=len(groups))
+        requests = [GroupRequest(history=_history(history[g[0]]), reference=refs[g[0]],
+                                 candidates=[texts[i] for i in g]) for g in groups]
+        scores = await self._score(requests, stats)
+        lengths = self._lengths(texts, completion_ids)
+        rewards: list[float | None] = [None] * n
+        for g, group_scores in zip(groups, scores):
+            rewards[g.start:g.stop] = self._reweight_group(group_scores, [lengths[i] for i in g], stats)
+        stats.total_s = time.perf_counter() - t0
+        self.last_stats = stats
+        self.total_call_failures += stats.call_failures
+        if log_metric is not None:
+            for name, value in stats.metrics().items():
+                if math.isfinite(value):
+                    log_metric(METRIC_PREFIX + name, value)
+        if stats.call_failures:
+            log.warning("reward call failed: %d of %d completions unscored this step (%d failed calls so far)",
+                        n - stats.scored, n, self.total_call_failures)
+        return rewards
+
+    # ---- helpers ------------------------------------------------------------------------------------------------
+    def _lengths(self, texts: list[str], completion_ids: list[list[int]] | None) -> list[float]:
+        if self.settings.length_unit is LengthUnit.TOKENS:
+            if completion_ids is None:
+                raise ValueError("length_unit tokens needs completion_ids (TRL passes them); use length_unit words")
+            return [float(len(ids)) for ids in completion_ids]
+        return [float(len(t.split())) for t in texts]
+
+    async def _call(self, requests: list[GroupRequest], stats: BatchStats) -> list[GroupResponse | ErrorInfo] | None:
+        """One ScoreBatch RPC, bounded; None when it failed (counted in ``stats``)."""
+        client = self._client_for_loop()
+        timeout = self.settings.timeout_s
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.wait_for(client.score_batch(requests, timeout_s=timeout),
+                                          timeout + self.settings.guard_s)
+        except RewardCallError as exc:
+            stats.call_failures += 1
+            if exc.code.name == "DEADLINE_EXCEEDED":
+                stats.timeouts += sum(len(r.candidates) for r in requests)
+            log.warning("reward ScoreBatch failed: %s %s", exc.code.name, exc.address)
+            return None
+        except asyncio.TimeoutError:
+            stats.call_failures += 1
+            stats.timeouts += sum(len(r.candidates) for r in requests)
+            log.warning("reward ScoreBatch gave no answer within %.1f s; rewards of this batch are None", timeout)
+            return None
+        finally:
+            stats.rpc_s += time.perf_counter() - t0
+
+    async def _score(self, groups: list[GroupRequest], stats: BatchStats) -> list[list[ItemScore]]:
+        mode = self.settings.judge_mode
+        similarity = self.settings.redundancy_mode is not RedundancyMode.OFF
+        if mode is RewardJudgeMode.PRM_ORM:
+            prm_req = [_with_options(g, JudgeMode.PRM, similarity) for g in groups]
+            orm_req = [_with_options(g, JudgeMode.ORM, False) for g in groups]
+            prm, orm = await asyncio.gather(self._call(prm_req, stats), self._call(orm_req, stats))
+            return [_combine_prm_orm(p, o, len(g.candidates), stats)
+                    for g, p, o in zip(groups, _outcomes(prm, len(groups)), _outcomes(orm, len(groups)))]
+        judge = JudgeMode.SINGLE_PASS if mode is RewardJudgeMode.SINGLE_PASS else JudgeMode.UNIFIED
+        reply = await self._call([_with_options(g, judge, similarity) for g in groups], stats)
+        return [_single(o, len(g.candidates), stats) for g, o in zip(groups, _outcomes(reply, len(groups)))]
+
+    def _reweight_group(self, scores: list[ItemScore], lengths: list[float], stats: BatchStats) -> list[float | None]:
+        raw = [s.total for s in scores]
+        for s in scores:
+            if s.total is not None:
+                stats.scored += 1
+                stats.raw_rewards.append(s.total)
+                stats.step_rewards.extend(v for v in s.steps if v is not None)
+                if s.preference is not None:
+                    stats.preference_rewards.append(s.preference)
+            if s.format is not None:
+                stats.format_rewards.append(s.format)
+            if s.status is Status.PARSE_FAILED:
+                stats.parse_failed += 1
+            elif s.status is Status.TIMEOUT:
+                stats.timeouts += 1
+        if self.settings.redundancy_mode is RedundancyMode.OFF:
+            stats.reweighted_rewards.extend(r for r in raw if r is not None)
+            return raw
+        # An item whose similarity the server did not return cannot be reweighted: it gets no reward rather
+        # than an unreweighted one that would not be comparable with the rest of its group.
+        usable: list[float | None] = []
+        for s in scores:
+            if s.total is not None and (s.s_in is None or s.s_hi is None):
+                stats.similarity_missing += 1
+                stats.scored -= 1
+                usable.append(None)
+            else:
+                usable.append(s.total)
+        s_in = [s.s_in if s.s_in is not None else 0.0 for s in scores]
+        s_hi = [s.s_hi if s.s_hi is not None else 0.0 for s in scores]
+        out = reweight(usable, s_in, s_hi, lengths, alpha=self.settings.alpha, beta=self.settings.beta,
+                       mode=self.settings.redundancy_mode)
+        stats.taus.append(out.tau)
+        stats.s_in.extend(s.s_in for s in scores if s.s_in is not None)
+        stats.s_hi.extend(s.s_hi for s in scores if s.s_hi is not None)
+        stats.reweighted_rewards.extend(r for r in out.rewards if r is not None)
+        return out.rewards
+
+
+def _with_options(req: GroupRequest, mode: JudgeMode, similarity: bool) -> GroupRequest:
+    return GroupRequest(history=req.history, reference=req.reference, candidates=req.candidates,
+                        options=ScoreOptions(mode=mode, include_similarity=similarity))
+
+
+def _outcomes(reply: list[GroupResponse | ErrorInfo] | None, n_groups: int) -> list[GroupResponse | ErrorInfo | None]:
+    if reply is None:
+        return [None] * n_groups
+    if len(reply) != n_groups:
+        raise RuntimeError(f"reward server answered {len(reply)} groups for {n_groups} sent (protocol violation)")
+    return list(reply)
+
+
+def _group_results(outcome: GroupResponse | ErrorInfo | None, size: int,
+                   stats: BatchStats) -> list[CandidateResult] | None:
+    if outcome is None:
+        return None
+    if isinstance(outcome, ErrorInfo):
+        stats.group_errors += 1
+        log.warning("reward server rejected a group: %s at %s", outcome.code, outcome.field)
+        return None
+    if len(outcome.results) != size:
+        raise RuntimeError(f"reward server answered {len(outcome.results)} candidates for {size} sent")
+    if outcome.meta.inference_ms:
+        stats.server_inference_ms.append(outcome.meta.inference_ms)
+    return outcome.results
+
+
+def _similarity(r: CandidateResult) -> tuple[float | None, float | None]:
+    return (r.similarity.s_in, r.similarity.s_hi) if r.similarity is not None else (None, None)
+
+
+def _single(outcome: GroupResponse | ErrorInfo | None, size: int, stats: BatchStats) -> list[ItemScore]:
+    results = _group_results(outcome, size, stats)
+    if results is None:
+        return [ItemScore() for _ in range(size)]
+    items = []
+    for r in results:
+        ok = r.status is Status.OK
+        s_in, s_hi = _similarity(r)
+        items.append(ItemScore(total=r.rewards.total if ok else None, steps=list(r.rewards.steps),
+                               preference=r.rewards.preference, format=r.rewards.format, status=r.status,
+                               s_in=s_in, s_hi=s_hi))
+    return items
+
+
+def _combine_prm_orm(prm: GroupResponse | ErrorInfo | None, orm: GroupResponse | ErrorInfo | None, size: int,
+                     stats: BatchStats) -> list[ItemScore]:
+    """POR: steps (mode prm) + preference (mode orm) + format, None unless both calls scored the item."""
+    p_res = _group_results(prm, size, stats)
+    o_res = _group_results(orm, size, stats)
+    if p_res is None or o_res is None:
+        return [ItemScore() for _ in range(size)]
+    items = []
+    for p, o in zip(p_res, o_res):
+        status = p.status if p.status is not Status.OK else o.status
+        total = _total_of([*p.rewards.steps, o.rewards.preference, p.rewards.format]) if status is Status.OK else None
+        s_in, s_hi = _similarity(p)
+        items.append(ItemScore(total=total, steps=list(p.rewards.steps), preference=o.rewards.preference,
+                               format=p.rewards.format, status=status, s_in=s_in, s_hi=s_hi))
+    return items

@@ -1,0 +1,104 @@
+"""FakeRewardClient: a stand-in for ``reward_server.client.RewardClient`` in unit tests (a fake, named as such).
+
+It answers ``score_batch`` from a table keyed by candidate text, records every call, and can be told to fail
+(raise ``RewardCallError``) or hang, to exercise the reward function's failure paths without a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from reward_server.client import RewardCallError
+from reward_server.types import (
+    CandidateResult,
+    ErrorInfo,
+    FormatResult,
+    GroupMeta,
+    GroupRequest,
+    GroupResponse,
+    JudgeMode,
+    PreferenceResult,
+    Rewards,
+    SamplingInfo,
+    Similarity,
+    Status,
+    StepResult,
+)
+
+
+@dataclass
+class FakeScore:
+    """What the fake judge says about one candidate text."""
+
+    steps: list[float | None] = field(default_factory=lambda: [1.0, 1.0, 1.0])
+    preference: float | None = 1.0
+    format: float = 1.0
+    status: Status = Status.OK
+    s_in: float | None = 0.0
+    s_hi: float | None = 0.0
+
+
+def _result(score: FakeScore, mode: JudgeMode, with_similarity: bool) -> CandidateResult:
+    steps = [] if mode is JudgeMode.ORM else list(score.steps)
+    pref = None if mode is JudgeMode.PRM else score.preference
+    parts: list[float | None] = [*steps, *([] if mode is JudgeMode.PRM else [pref]), score.format]
+    total = None
+    if score.status is Status.OK and all(p is not None for p in parts):
+        total = float(sum(p for p in parts if p is not None))
+    sim = None
+    if with_similarity and score.s_in is not None and score.s_hi is not None:
+        sim = Similarity(score.s_in, score.s_hi)
+    return CandidateResult(
+        status=score.status,
+        steps=[StepResult(verdict=None if s is None else s > 0, valid=s is not None, judged=True) for s in steps],
+        preference=None if mode is JudgeMode.PRM else PreferenceResult(None, pref is not None, True),
+        format=FormatResult(ok=score.format > 0, missing=[]),
+        rewards=Rewards(steps=steps, preference=pref, format=score.format, total=total),
+        similarity=sim,
+    )
+
+
+def _meta(mode: JudgeMode) -> GroupMeta:
+    sampling = SamplingInfo(temperature=0.0, top_p=1.0, max_tokens=64, seed=0, max_retries=1, constrained=False)
+    return GroupMeta(model="fake-judge", revision="0", adapter=None, template_version="fake", sampling=sampling,
+                     mode=mode, inference_ms=12.0)
+
+
+class FakeRewardClient:
+    """Answers from ``table`` (candidate text -> FakeScore; unknown texts get the default FakeScore)."""
+
+    def __init__(self, table: dict[str, FakeScore] | None = None, *, fail_with: grpc.StatusCode | None = None,
+                 hang_s: float = 0.0, reject_groups: Sequence[int] = ()) -> None:
+        self.table = table or {}
+        self.fail_with = fail_with
+        self.hang_s = hang_s
+        self.reject_groups = set(reject_groups)
+        self.calls: list[list[GroupRequest]] = []
+        self.timeouts: list[float | None] = []
+        self.closed = False
+
+    async def score_batch(self, groups: Sequence[GroupRequest],
+                          timeout_s: float | None = None) -> list[GroupResponse | ErrorInfo]:
+        self.calls.append(list(groups))
+        self.timeouts.append(timeout_s)
+        if self.hang_s:
+            await asyncio.sleep(self.hang_s)
+        if self.fail_with is not None:
+            raise RewardCallError(self.fail_with, "fake failure", "fake:1")
+        out: list[GroupResponse | ErrorInfo] = []
+        for i, g in enumerate(groups):
+            if i in self.reject_groups:
+                out.append(ErrorInfo("INVALID_ARGUMENT", f"groups[{i}].reference", "fake rejection"))
+                continue
+            mode = g.options.mode or JudgeMode.UNIFIED
+            out.append(GroupResponse(results=[_result(self.table.get(c, FakeScore()), mode,
+                                                      g.options.include_similarity) for c in g.candidates],
+                                     meta=_meta(mode)))
+        return out
+
+    async def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,181 @@
+"""policy_trainer.rewards.CompeerReward against FakeRewardClient (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from cer.redundancy import RedundancyMode
+from policy_trainer.config import LengthUnit, RewardJudgeMode
+from policy_trainer.rewards import CompeerReward, GroupingError, RewardSettings, completion_text
+from reward_server.types import JudgeMode, Status
+from tests.unit.fake_reward_client import FakeRewardClient, FakeScore
+
+HIST_A = [{"role": "seeker", "text": "history A"}]
+HIST_B = [{"role": "seeker", "text": "history B"}, {"role": "supporter", "text": "ok"}]
+
+
+def _call(reward: CompeerReward, completions: list[str], ids: list[list[int]], histories: list, refs: list,
+          metrics: dict[str, list[float]] | None = None) -> list[float | None]:
+    def log_metric(name: str, value: float) -> None:
+        if metrics is not None:
+            metrics.setdefault(name, []).append(value)
+
+    prompts = [[{"role": "user", "content": h[0]["text"]}] for h in histories]
+    convo = [[{"role": "assistant", "content": c}] for c in completions]
+    return asyncio.run(reward(prompts=prompts, completions=convo, completion_ids=ids, history=histories,
+                              reference=refs, log_metric=log_metric, trainer_state=None))
+
+
+def _two_groups_table() -> dict[str, FakeScore]:
+    # a1: 1+1+1 +1 -1 = 3; a2: -1-1+1 -1 +1 = -1; b1 parse_failed; b2: 1-1-1 +1 +1 = 1
+    return {
+        "a1": FakeScore(steps=[1.0, 1.0, 1.0], preference=1.0, format=-1.0, s_in=0.5, s_hi=0.2),
+        "a2": FakeScore(steps=[-1.0, -1.0, 1.0], preference=-1.0, format=1.0, s_in=0.5, s_hi=0.0),
+        "b1": FakeScore(status=Status.PARSE_FAILED, steps=[None, 1.0, 1.0], s_in=0.2, s_hi=0.2),
+        "b2": FakeScore(steps=[1.0, -1.0, -1.0], preference=1.0, format=1.0, s_in=0.0, s_hi=0.0),
+    }
+
+
+def test_one_batch_call_grouped_by_prompt_and_reweighted() -> None:
+    fake = FakeRewardClient(_two_groups_table())
+    reward = CompeerReward(RewardSettings(num_generations=2), lambda: fake)
+    metrics: dict[str, list[float]] = {}
+    out = _call(reward, ["a1", "a2", "b1", "b2"], [[0] * 4, [0] * 6, [0] * 5, [0] * 5],
+                [HIST_A, HIST_A, HIST_B, HIST_B], ["ref A", "ref A", "ref B", "ref B"], metrics)
+    # group A: L = 5 -> tau = 0.5; a1: 3 / ((1.25)(1.1)) = 2.181818; a2: -1 / (1.25 * 1) = -0.8
+    # group B: b1 unscored -> None (never 0); b2: 1 / 1 = 1
+    assert out[0] == pytest.approx(2.1818181818)
+    assert out[1] == pytest.approx(-0.8)
+    assert out[2] is None
+    assert out[3] == pytest.approx(1.0)
+    assert len(fake.calls) == 1, "one ScoreBatch per generation batch"
+    groups = fake.calls[0]
+    assert [g.candidates for g in groups] == [["a1", "a2"], ["b1", "b2"]]
+    assert groups[1].reference == "ref B" and [t.text for t in groups[1].history] == ["history B", "ok"]
+    assert groups[0].options.mode is JudgeMode.UNIFIED and groups[0].options.include_similarity
+    m = {k: v[0] for k, v in metrics.items()}
+    assert m["compeer/parse_failure_rate"] == pytest.approx(0.25)
+    assert m["compeer/unscored_rate"] == pytest.approx(0.25)
+    assert m["compeer/timeout_rate"] == 0.0
+    assert m["compeer/reward_raw_mean"] == pytest.approx((3 - 1 + 1) / 3)
+    assert m["compeer/reward_reweighted_mean"] == pytest.approx((2.1818181818 - 0.8 + 1.0) / 3)
+    assert m["compeer/tau_mean"] == pytest.approx(0.5)  # both groups have L = 5
+    assert m["compeer/s_in_mean"] == pytest.approx((0.5 + 0.5 + 0.2 + 0.0) / 4)
+    # step rewards of scored items: a1 (1,1,1), a2 (-1,-1,1), b2 (1,-1,-1) -> 1/9
+    assert m["compeer/step_reward_mean"] == pytest.approx(1 / 9)
+    assert m["compeer/preference_reward_mean"] == pytest.approx(1 / 3)
+    assert m["compeer/format_reward_mean"] == pytest.approx((-1 + 1 + 1 + 1) / 4)
+    assert m["compeer/reward_call_failures"] == 0.0
+    assert m["compeer/reward_call_latency_s"] >= 0.0 and "compeer/reward_fn_overhead_s" in m
+    assert m["compeer/server_inference_ms"] == pytest.approx(12.0)
+
+
+def test_sign_aware_and_off_modes() -> None:
+    table = _two_groups_table()
+    args = (["a1", "a2"], [[0] * 4, [0] * 6], [HIST_A, HIST_A], ["r", "r"])
+    sign = CompeerReward(RewardSettings(2, redundancy_mode=RedundancyMode.SIGN_AWARE),
+                         lambda: FakeRewardClient(table))
+    assert _call(sign, *args) == pytest.approx([2.1818181818, -1.25])
+    fake = FakeRewardClient(table)
+    off = CompeerReward(RewardSettings(2, redundancy_mode=RedundancyMode.OFF), lambda: fake)
+    assert _call(off, *args) == [3.0, -1.0]
+    assert not fake.calls[0][0].options.include_similarity
+
+
+def test_length_unit_words_changes_tau() -> None:
+    # words: "a1" and "a2" are one word each -> L = 1 -> tau = 1 / (1 + e^2) = 0.1192029
+    metrics: dict[str, list[float]] = {}
+    reward = CompeerReward(RewardSettings(2, length_unit=LengthUnit.WORDS),
+                           lambda: FakeRewardClient(_two_groups_table()))
+    _call(reward, ["a1", "a2"], [[0] * 40, [0] * 40], [HIST_A, HIST_A], ["r", "r"], metrics)
+    assert metrics["compeer/tau_mean"][0] == pytest.approx(0.1192029220)
+
+
+def test_server_unavailable_gives_none_not_zero_and_is_counted() -> None:
+    fake = FakeRewardClient(fail_with=grpc.StatusCode.UNAVAILABLE)
+    reward = CompeerReward(RewardSettings(2), lambda: fake)
+    metrics: dict[str, list[float]] = {}
+    out = _call(reward, ["a1", "a2"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"], metrics)
+    assert out == [None, None]
+    assert metrics["compeer/reward_call_failures"] == [1.0]
+    assert metrics["compeer/unscored_rate"] == [1.0]
+    assert "compeer/reward_raw_mean" not in metrics, "no made-up mean when nothing was scored"
+    assert reward.total_call_failures == 1
+
+
+def test_deadline_exceeded_counts_as_timeouts() -> None:
+    reward = CompeerReward(RewardSettings(2), lambda: FakeRewardClient(fail_with=grpc.StatusCode.DEADLINE_EXCEEDED))
+    metrics: dict[str, list[float]] = {}
+    assert _call(reward, ["a1", "a2"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"], metrics) == [None, None]
+    assert metrics["compeer/timeout_rate"] == [1.0]
+
+
+def test_a_hanging_server_never_blocks_past_the_deadline() -> None:
+    fake = FakeRewardClient(hang_s=30.0)
+    reward = CompeerReward(RewardSettings(2, timeout_s=0.2, guard_s=0.1), lambda: fake)
+    t0 = time.perf_counter()
+    out = _call(reward, ["a1", "a2"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"])
+    assert time.perf_counter() - t0 < 5.0
+    assert out == [None, None]
+    assert fake.timeouts == [0.2], "the client gets the configured deadline"
+
+
+def test_rejected_group_only_loses_its_own_rewards() -> None:
+    reward = CompeerReward(RewardSettings(2), lambda: FakeRewardClient(_two_groups_table(), reject_groups=[0]))
+    out = _call(reward, ["a1", "a2", "b1", "b2"], [[0] * 5] * 4, [HIST_A, HIST_A, HIST_B, HIST_B], ["r"] * 2 + ["s"] * 2)
+    assert out[:3] == [None, None, None]
+    assert out[3] == pytest.approx(1.0)
+
+
+def test_missing_similarity_leaves_item_unscored_under_reweighting() -> None:
+    table = {"x": FakeScore(s_in=None, s_hi=None), "y": FakeScore(s_in=0.0, s_hi=0.0)}
+    metrics: dict[str, list[float]] = {}
+    reward = CompeerReward(RewardSettings(2), lambda: FakeRewardClient(table))
+    out = _call(reward, ["x", "y"], [[0] * 5, [0] * 5], [HIST_A, HIST_A], ["r", "r"], metrics)
+    assert out == [None, pytest.approx(5.0)]
+    assert metrics["compeer/unscored_rate"] == [0.5]
+
+
+def test_prm_orm_mode_sums_two_calls() -> None:
+    table = {"p": FakeScore(steps=[1.0, -1.0, 1.0], preference=-1.0, format=1.0),
+             "q": FakeScore(steps=[1.0, 1.0, 1.0], preference=1.0, format=-1.0)}
+    fake = FakeRewardClient(table)
+    reward = CompeerReward(RewardSettings(2, judge_mode=RewardJudgeMode.PRM_ORM,
+                                          redundancy_mode=RedundancyMode.OFF), lambda: fake)
+    out = _call(reward, ["p", "q"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"])
+    # p: steps 1 + pref -1 + format 1 = 1; q: 3 + 1 - 1 = 3
+    assert out == [1.0, 3.0]
+    assert sorted(c[0].options.mode.value for c in fake.calls) == ["orm", "prm"]
+
+
+def test_group_mixing_two_prompts_is_refused() -> None:
+    reward = CompeerReward(RewardSettings(2), lambda: FakeRewardClient())
+    with pytest.raises(GroupingError, match="share one prompt"):
+        _call(reward, ["a", "b"], [[0], [0]], [HIST_A, HIST_B], ["r", "r"])
+    with pytest.raises(GroupingError, match="multiple of num_generations"):
+        _call(reward, ["a", "b", "c"], [[0]] * 3, [HIST_A] * 3, ["r"] * 3)
+
+
+def test_client_is_made_on_the_calling_loop_and_closed() -> None:
+    made: list[FakeRewardClient] = []
+
+    def factory() -> FakeRewardClient:
+        made.append(FakeRewardClient())
+        return made[-1]
+
+    reward = CompeerReward(RewardSettings(2), factory)
+    _call(reward, ["a", "b"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"])
+    _call(reward, ["a", "b"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"])  # asyncio.run: a new loop each time
+    assert len(made) == 2
+    asyncio.run(reward.aclose())
+    assert made[-1].closed
+
+
+def test_completion_text_forms() -> None:
+    assert completion_text("plain") == "plain"
+    assert completion_text([{"role": "assistant", "content": "x"}]) == "x"
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "y"}]}]) == "y"
