@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset, DatasetDict, Features, List, Value
+from datasets.utils.logging import disable_progress_bar
 
 from cer.policy_prompt import policy_messages
 from cer.reasoning import parse
@@ -198,6 +199,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     st = StageRun("emit", args.out, argv, list(args.inputs),
                   params={"modes": args.modes, "heldout_fraction": args.heldout_fraction, "seed": args.seed,
                           "template": args.template, "limit": args.limit})
+    disable_progress_bar()
     records = read_records([Path(p) for p in args.inputs], (JUDGE_ITEM, ROUND))
     items = limited([r for r in records if r["record"] == JUDGE_ITEM], args.limit)
     rounds = limited([r for r in records if r["record"] == ROUND], args.limit)

@@ -324,7 +324,10 @@ def ingest_files(paths: list[Path], fmt: str, taxonomy: Taxonomy | None = None, 
                     raise StageError(f"malformed record (--strict): {msg}") from None
                 report.malformed += 1
                 report.errors.append(msg)
-                log.warning("skipping malformed record %s", msg)
+                if len(report.errors) <= 20:
+                    log.warning("skipping malformed record %s", msg)
+                elif len(report.errors) == 21:
+                    log.warning("more malformed records: see malformed.jsonl of the output folder")
                 continue
             rec["id"] = dialogue_id(fmt, rec)
             if rec["id"] in seen:
@@ -360,8 +363,4 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     write_jsonl(st.path("malformed.jsonl"), ({"error": e} for e in report.errors))
     st.counts = report.as_counts()
     st.finish(quiet=args.quiet)
-    for e in report.errors[:20]:
-        print(f"malformed: {e}")
-    if len(report.errors) > 20:
-        print(f"... {len(report.errors) - 20} more in {args.out / 'malformed.jsonl'}")
     return 0
