@@ -120,9 +120,13 @@ class TransformersEngine(Engine):
         if self.config.max_batch < 1 or self.config.max_wait_ms < 0:
             raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
         await asyncio.to_thread(self._load)
-        probe = _Request([{"role": "user", "content": "Hi"}], GenParams(max_tokens=1), "warmup",
-                         asyncio.get_running_loop().create_future())
-        await asyncio.to_thread(self._generate_batch, [probe])  # warm-up: first-call kernels and allocations
+        # warm-up: first-call kernels and allocations, at the full batch size on GPU (a first large batch is
+        # otherwise several seconds slower); small on CPU where it would only cost start time
+        loop = asyncio.get_running_loop()
+        rows = self.config.max_batch if self._device.startswith("cuda") else 1
+        probes = [_Request([{"role": "user", "content": f"Hi {i}"}], GenParams(max_tokens=2), "warmup",
+                           loop.create_future()) for i in range(rows)]
+        await asyncio.to_thread(self._generate_batch, probes)
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._worker = asyncio.create_task(self._run(), name="transformers-engine-worker")

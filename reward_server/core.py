@@ -1,0 +1,313 @@
+"""The transport-neutral core: validate, look up the cache, judge, compute similarities, assemble results.
+
+Both fronts (``grpc/servicer.py``, ``http/app.py``) only convert, await this core and convert back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cer import rewards
+from cer.dialogue import Turn
+from cer.reasoning import ParsedOutput, parse
+from cer.redundancy import similarities
+from cer.taxonomy import load_taxonomy
+from cer.verdicts import Kind, Preference, Verdict, parse_label
+from reward_server import __version__
+from reward_server.cache import KeyContext, ResultCache, cache_key
+from reward_server.config import ServerConfig
+from reward_server.embeddings import Embedder
+from reward_server.engines.base import Engine, EngineError
+from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, ServiceError
+from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, CandidateJudgment, Judge, load_template
+from reward_server.metrics import Metrics
+from reward_server.types import (
+    CandidateResult,
+    ErrorInfo,
+    FormatResult,
+    GroupMeta,
+    GroupRequest,
+    GroupResponse,
+    InfoResponse,
+    JudgeMode,
+    PreferenceResult,
+    Rewards,
+    SamplingInfo,
+    Similarity,
+    Status,
+    StepResult,
+)
+from reward_server.validation import candidate_error, validate_group
+
+log = logging.getLogger(__name__)
+_TAGS = re.compile(r"</?(analysis|emotion|strategy|response)>", re.IGNORECASE)
+
+
+@dataclass
+class _Outcome:
+    """How judging one distinct candidate ended."""
+
+    judgment: CandidateJudgment | None
+    status: Status
+    cache_hit: bool = False
+    error: ErrorInfo | None = None
+
+
+def _verdict_to_json(v: Verdict | None) -> Any:
+    return v.value if isinstance(v, Preference) else v
+
+
+def _judgment_to_record(j: CandidateJudgment) -> dict[str, Any]:
+    return {"verdicts": {c: _verdict_to_json(v) for c, v in j.verdicts.items()}, "judged": sorted(j.judged),
+            "texts": j.texts, "generations": j.generations}
+
+
+def _judgment_from_record(rec: dict[str, Any]) -> CandidateJudgment:
+    verdicts: dict[str, Verdict | None] = {}
+    for c, raw in rec["verdicts"].items():
+        kind = Kind.PREFERENCE if c == PREFERENCE else Kind.STEP
+        verdicts[c] = None if raw is None else parse_label(kind, str(raw))
+    return CandidateJudgment(verdicts=verdicts, judged=set(rec["judged"]), texts=list(rec["texts"]),
+                             generations=0)
+
+
+def reply_text(candidate: str, parsed: ParsedOutput) -> str:
+    """The text similarities are computed on: the reply part, or the whole candidate without tags when the
+    reply part is missing (documented in docs/reward_server.md)."""
+    return parsed.response if parsed.response is not None else _TAGS.sub(" ", candidate).strip()
+
+
+def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> CandidateResult:
+    """Turn a judgment into the reported result, applying the reward rules of :mod:`cer.rewards`.
+
+    Parts missing from the candidate were not judged: they count as failed (-1) with ``judged = False``.
+    """
+    j = outcome.judgment or CandidateJudgment()
+    steps: list[StepResult] = []
+    step_rewards: list[float | None] = []
+    if mode.judges_steps:
+        for i, c in enumerate(STEP_COMPONENTS):
+            if parsed.step(i) is None:
+                steps.append(StepResult(verdict=None, valid=True, judged=False))
+                step_rewards.append(rewards.STEP_FALSE)
+            else:
+                v = j.verdicts.get(c)
+                b = v if isinstance(v, bool) else None
+                steps.append(StepResult(verdict=b, valid=b is not None, judged=c in j.judged))
+                step_rewards.append(rewards.step_reward(b))
+    preference: PreferenceResult | None = None
+    pref_reward: float | None = None
+    if mode.judges_preference:
+        if parsed.response is None:
+            preference = PreferenceResult(verdict=None, valid=True, judged=False)
+            pref_reward = rewards.PREF_LOSE
+        else:
+            v = j.verdicts.get(PREFERENCE)
+            p = v if isinstance(v, Preference) else None
+            preference = PreferenceResult(verdict=p, valid=p is not None, judged=PREFERENCE in j.judged)
+            pref_reward = rewards.preference_reward(p)
+    fmt = rewards.format_reward(parsed.ok)
+    used = step_rewards + ([pref_reward] if mode.judges_preference else [])
+    total = rewards.total_reward(used + [fmt])
+    status = outcome.status
+    if status is Status.OK and total is None:
+        status = Status.PARSE_FAILED
+    if status is not Status.OK:
+        total = None
+    return CandidateResult(status=status, steps=steps, preference=preference,
+                           format=FormatResult(ok=parsed.ok, missing=list(parsed.missing)),
+                           rewards=Rewards(steps=step_rewards, preference=pref_reward, format=fmt, total=total),
+                           judgment=list(j.texts), cache_hit=outcome.cache_hit, error=outcome.error)
+
+
+def _invalid_result(mode: JudgeMode, err: ErrorInfo) -> CandidateResult:
+    return CandidateResult(
+        status=Status.INVALID_INPUT,
+        steps=[StepResult() for _ in STEP_COMPONENTS] if mode.judges_steps else [],
+        preference=PreferenceResult() if mode.judges_preference else None,
+        format=FormatResult(ok=False, missing=[]),
+        rewards=Rewards(steps=[None] * (3 if mode.judges_steps else 0), preference=None,
+                        format=rewards.FORMAT_BAD, total=None),
+        error=err)
+
+
+class RewardCore:
+    """The reward service, independent of transport. Owns the engine, judge, embedder, cache and metrics."""
+
+    def __init__(self, config: ServerConfig, engine: Engine, embedder: Embedder | None, cache: ResultCache,
+                 metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.embedder = embedder
+        self.cache = cache
+        self.metrics = metrics or Metrics()
+        self.template = load_template(config.template)
+        self.judge = Judge(engine, self.template, load_taxonomy(config.taxonomy), config.judge)
+        self._ready = False
+        self._admission = asyncio.Semaphore(config.max_in_flight_groups)
+        self.metrics.queue_depth.set_function(lambda: float(self.engine.queue_depth()))
+        s = config.judge
+        self.sampling = SamplingInfo(temperature=s.temperature, top_p=s.top_p,
+                                     max_tokens=s.max_tokens_per_component,
+                                     seed=s.seed if s.seed is not None else config.engine.seed,
+                                     max_retries=s.max_retries, constrained=self.judge.constrained)
+        self._key_ctx = KeyContext(model=config.engine.model_id, revision=config.engine.revision,
+                                   adapter=config.engine.adapter, template_version=self.template.version,
+                                   sampling=self.sampling.to_json())
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the engine; the core is ready once it is."""
+        await self.engine.start()
+        self._ready = True
+
+    async def stop(self) -> None:
+        self._ready = False
+        await self.engine.stop()
+        await self.cache.close()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and self.engine.healthy()
+
+    @property
+    def cacheable(self) -> bool:
+        """Greedy or seeded sampling: the same input gives the same judgment, so it may be cached."""
+        return self.config.judge.temperature == 0.0 or self.config.judge.seed is not None
+
+    def info(self) -> InfoResponse:
+        e = self.config.engine
+        return InfoResponse(model=e.model_id, revision=e.revision, adapter=e.adapter, backend=e.backend,
+                            template_version=self.template.version, modes=list(JudgeMode),
+                            default_mode=self.config.default_mode, limits=self.config.limits,
+                            sampling=self.sampling, version=__version__, cache=self.cache.kind,
+                            embedding_model=self.embedder.model_id if self.embedder else "off")
+
+    # ---- scoring ------------------------------------------------------------------------------------------------
+    def _timeout(self, req: GroupRequest, transport_timeout_s: float | None) -> float:
+        limits = [self.config.default_timeout_s]
+        if transport_timeout_s is not None:
+            limits.append(transport_timeout_s)
+        if req.options.timeout_ms:
+            limits.append(req.options.timeout_ms / 1000.0)
+        return max(0.0, min(limits))
+
+    async def score_group(self, req: GroupRequest, timeout_s: float | None = None, prefix: str = "") -> GroupResponse:
+        """Score one group. Raises :class:`ServiceError` for group-level failures (bad input, not ready, deadline)."""
+        if not self.ready:
+            raise NotReady("the judge engine is not ready; retry after /readyz reports ready")
+        mode = req.options.mode or self.config.default_mode
+        validate_group(req, mode, self.config.limits, prefix)
+        timeout = self._timeout(req, timeout_s)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._score(req, mode, prefix)
+        except TimeoutError:
+            self.metrics.failures.labels("deadline").inc()
+            raise DeadlineExceeded(f"the group was not judged within {timeout:.3f} s; its engine requests were "
+                                   "cancelled", f"{prefix}options.timeout_ms") from None
+
+    async def score_batch(self, groups: list[GroupRequest | ErrorInfo],
+                          timeout_s: float | None = None) -> list[GroupResponse | ErrorInfo]:
+        """Score many groups; each succeeds or fails on its own (entries that failed conversion pass through)."""
+        if not self.ready:
+            raise NotReady("the judge engine is not ready; retry after /readyz reports ready")
+        if not groups:
+            raise InvalidArgument("at least 1 group is required", "groups")
+        if len(groups) > self.config.limits.max_groups:
+            raise InvalidArgument(f"{len(groups)} groups exceed the limit of {self.config.limits.max_groups} per "
+                                  "batch; split the batch", "groups")
+
+        async def one(i: int, g: GroupRequest | ErrorInfo) -> GroupResponse | ErrorInfo:
+            if isinstance(g, ErrorInfo):
+                return g
+            try:
+                return await self.score_group(g, timeout_s, prefix=f"groups[{i}].")
+            except ServiceError as exc:
+                return exc.info()
+
+        return list(await asyncio.gather(*(one(i, g) for i, g in enumerate(groups))))
+
+    async def _score(self, req: GroupRequest, mode: JudgeMode, prefix: str) -> GroupResponse:
+        t0 = time.perf_counter()
+        parsed = [parse(c) for c in req.candidates]
+        errors = [candidate_error(c, i, self.config.limits, prefix) for i, c in enumerate(req.candidates)]
+        keys = [cache_key(self._key_ctx, mode.value, req.history, req.reference, c) for c in req.candidates]
+        valid = [i for i, e in enumerate(errors) if e is None]
+        outcomes: dict[str, _Outcome] = {}
+        if self.cacheable:
+            distinct = list(dict.fromkeys(keys[i] for i in valid))
+            for k, rec in zip(distinct, await self.cache.get_many(distinct)):
+                if rec is not None:
+                    outcomes[k] = _Outcome(_judgment_from_record(rec), Status.OK, cache_hit=True)
+        async with self._admission:
+            t1 = time.perf_counter()
+            todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
+            if self.cacheable:
+                self.metrics.cache_hits.inc(sum(1 for i in valid if keys[i] in outcomes))
+                self.metrics.cache_misses.inc(sum(1 for i in valid if keys[i] not in outcomes))
+            sims_task = None
+            if req.options.include_similarity and self.embedder is not None and valid:
+                texts = [reply_text(req.candidates[i], parsed[i]) for i in valid]
+                sims_task = asyncio.create_task(asyncio.to_thread(self._similarities, texts, req.history))
+            judged = await asyncio.gather(*(self._judge_one(req.history, req.reference, parsed[i], mode)
+                                            for i in todo.values()))
+            outcomes.update(zip(todo.keys(), judged))
+            sims = await sims_task if sims_task is not None else None
+        fresh = {k: _judgment_to_record(o.judgment) for k, o in zip(todo.keys(), judged)
+                 if o.status is Status.OK and o.judgment is not None}
+        if self.cacheable and fresh:
+            await self.cache.set_many(fresh)
+        results: list[CandidateResult] = []
+        sim_of = dict(zip(valid, zip(*sims))) if sims is not None else {}
+        for i, c in enumerate(req.candidates):
+            err = errors[i]
+            if err is not None:
+                results.append(_invalid_result(mode, err))
+                continue
+            r = assemble(parsed[i], mode, outcomes[keys[i]])
+            if not req.options.include_judgment:
+                r.judgment = None
+            if i in sim_of:
+                r.similarity = Similarity(*sim_of[i])
+            results.append(r)
+        for r in results:
+            self.metrics.candidates.labels(r.status.value).inc()
+        t2 = time.perf_counter()
+        meta = GroupMeta(model=self.config.engine.model_id, revision=self.config.engine.revision,
+                         adapter=self.config.engine.adapter, template_version=self.template.version,
+                         sampling=self.sampling, mode=mode, queue_ms=(t1 - t0) * 1000, inference_ms=(t2 - t1) * 1000,
+                         cache_hits=sum(1 for r in results if r.cache_hit),
+                         judge_rounds=sum(o.judgment.generations for o in judged if o.judgment is not None))
+        return GroupResponse(results=results, meta=meta)
+
+    async def _judge_one(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
+                         mode: JudgeMode) -> _Outcome:
+        t = time.perf_counter()
+        try:
+            j = await asyncio.wait_for(self.judge.judge(history, reference, parsed, mode), self.config.judge_timeout_s)
+        except TimeoutError:
+            return _Outcome(None, Status.TIMEOUT, error=ErrorInfo(
+                "DEADLINE_EXCEEDED", "", f"judging took longer than the per-candidate limit of "
+                f"{self.config.judge_timeout_s} s"))
+        except EngineError as exc:
+            self.metrics.failures.labels("engine").inc()
+            return _Outcome(None, Status.ENGINE_ERROR, error=ErrorInfo("INTERNAL", "", str(exc)))
+        self.metrics.judge_latency.labels(mode.value).observe(time.perf_counter() - t)
+        self.metrics.judge_rounds.labels(mode.value).inc(j.generations)
+        failed = [c for c in COMPONENTS if c in j.judged and j.verdicts.get(c) is None]
+        for c in failed:
+            self.metrics.parse_failures.labels(c).inc()
+        return _Outcome(j, Status.PARSE_FAILED if failed else Status.OK)
+
+    def _similarities(self, replies: list[str], history: list[Turn]) -> tuple[list[float], list[float]]:
+        assert self.embedder is not None
+        vecs = self.embedder.encode(replies + [t.text for t in history])
+        return similarities(vecs[: len(replies)], vecs[len(replies):] if history else np.zeros((0, vecs.shape[1])))

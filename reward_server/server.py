@@ -1,0 +1,125 @@
+"""The server process: one core, handed to both the gRPC server and the HTTP server, on one event loop.
+
+Start-up order: fronts first (health NOT_SERVING, /readyz 503), then the engine; when it is loaded, health
+turns SERVING and /readyz 200. SIGTERM / SIGINT: health NOT_SERVING, drain gRPC, stop HTTP, stop the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from dataclasses import replace
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
+from reward_server.config import ServerConfig
+from reward_server.core import RewardCore
+from reward_server.embeddings import Embedder, SentenceEmbedder
+from reward_server.engines import create_engine
+from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
+from reward_server.http.app import create_app
+from reward_server.metrics import Metrics
+from reward_server.model_store import default_embedding_path, resolve_model
+
+log = logging.getLogger(__name__)
+DEFAULT_EMBEDDING_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal capture: this process handles signals once, for both fronts."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def build_cache(config: ServerConfig, metrics: Metrics) -> ResultCache:
+    kind = config.cache_kind
+    if kind == "redis":
+        assert config.redis_url is not None
+        return RedisCache(config.redis_url, metrics, ttl_s=config.cache_ttl_s)
+    if kind == "memory":
+        return MemoryCache(config.cache_max_entries, config.cache_ttl_s)
+    return NoCache()
+
+
+def build_embedder(spec: str) -> Embedder | None:
+    if spec == "off":
+        return None
+    if spec == "default":
+        return SentenceEmbedder(default_embedding_path(), model_id=DEFAULT_EMBEDDING_ID)
+    return SentenceEmbedder(spec)
+
+
+async def build_core(config: ServerConfig) -> RewardCore:
+    """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
+    config.validate()
+    if config.engine.backend != "openai":
+        dtype = "float32" if config.engine.device in ("auto", "cpu") else "bfloat16"
+        ref = await asyncio.to_thread(resolve_model, config.model, dtype)
+        config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision)
+    else:
+        name = config.engine.openai_model or config.model
+        config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote")
+    metrics = Metrics()
+    embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
+    return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
+
+
+async def serve(config: ServerConfig) -> None:
+    """Run both fronts until SIGTERM / SIGINT."""
+    core = await build_core(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
+                                      ("grpc.max_send_message_length", 256 * 1024 * 1024)])
+    from reward_server.proto import pb_grpc
+
+    pb_grpc.add_RewardServiceServicer_to_server(RewardServicer(core), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
+    grpc_port = server.add_insecure_port(f"{config.host}:{config.grpc_port}")
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+
+    http = _Uvicorn(uvicorn.Config(create_app(core), host=config.host, port=config.http_port, log_level="warning",
+                                   lifespan="off", access_log=False))
+    http_task = asyncio.create_task(http.serve())
+    log.info("listening: gRPC %s:%d, HTTP %s:%d; loading the %s engine", config.host, grpc_port, config.host,
+             config.http_port, config.engine.backend)
+    start_task = asyncio.create_task(core.start())
+    stop_task = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({start_task, stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        if start_task in done:
+            start_task.result()  # raises if the engine failed to start
+            for name in ("", SERVICE_NAME):
+                await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            log.info("ready: model %s (%s), adapter %s, cache %s", config.engine.model_id, config.engine.revision,
+                     config.engine.adapter, core.cache.kind)
+            await asyncio.wait({stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        log.info("shutting down")
+        for name in ("", SERVICE_NAME):
+            await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        start_task.cancel()
+        await server.stop(grace=5)
+        http.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await http_task
+        await core.stop()
+        stop_task.cancel()
+        log.info("stopped")

@@ -1,0 +1,53 @@
+"""Request validation: one place, used by both fronts through the core.
+
+Group-level problems raise :class:`InvalidArgument` (the whole group is rejected); a bad candidate only gets
+its own ``invalid_input`` result, so nothing else in the group or the batch is lost.
+"""
+
+from __future__ import annotations
+
+from reward_server.errors import InvalidArgument
+from reward_server.types import ErrorInfo, GroupRequest, JudgeMode, Limits
+
+
+def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: str = "") -> None:
+    """Raise InvalidArgument (field path + limit) for problems that make the whole group unscorable."""
+    n = len(req.candidates)
+    if n == 0:
+        raise InvalidArgument("at least 1 candidate is required", f"{prefix}candidates")
+    if n > limits.max_candidates:
+        raise InvalidArgument(f"{n} candidates exceed the limit of {limits.max_candidates} per group; "
+                              "split the group or raise --max-candidates", f"{prefix}candidates")
+    if len(req.history) > limits.max_history_turns:
+        raise InvalidArgument(f"{len(req.history)} turns exceed the limit of {limits.max_history_turns}; "
+                              "truncate the oldest turns", f"{prefix}history")
+    for i, t in enumerate(req.history):
+        if not t.text.strip():
+            raise InvalidArgument("turn text must not be empty", f"{prefix}history[{i}].text")
+        if len(t.text) > limits.max_text_chars:
+            raise InvalidArgument(f"{len(t.text)} characters exceed the limit of {limits.max_text_chars}",
+                                  f"{prefix}history[{i}].text")
+    if req.reference is None:
+        if mode.judges_preference:
+            raise InvalidArgument(f"a reference reply is required in mode {mode.value!r} (the preference round "
+                                  "compares the candidate with it); use mode 'prm' to score without one",
+                                  f"{prefix}reference")
+    elif not req.reference.strip():
+        raise InvalidArgument("reference must not be empty (omit it or send null)", f"{prefix}reference")
+    elif len(req.reference) > limits.max_text_chars:
+        raise InvalidArgument(f"{len(req.reference)} characters exceed the limit of {limits.max_text_chars}",
+                              f"{prefix}reference")
+    if req.options.timeout_ms < 0 or req.options.timeout_ms > limits.max_timeout_ms:
+        raise InvalidArgument(f"timeout_ms {req.options.timeout_ms} outside 0..{limits.max_timeout_ms}",
+                              f"{prefix}options.timeout_ms")
+
+
+def candidate_error(candidate: str, index: int, limits: Limits, prefix: str = "") -> ErrorInfo | None:
+    """The problem with one candidate, or None when it can be judged."""
+    field = f"{prefix}candidates[{index}]"
+    if not candidate.strip():
+        return InvalidArgument("candidate must not be empty", field).info()
+    if len(candidate) > limits.max_text_chars:
+        return InvalidArgument(f"{len(candidate)} characters exceed the limit of {limits.max_text_chars}",
+                               field).info()
+    return None
