@@ -1,0 +1,157 @@
+"""Run held-out judge items through the serving judge: :class:`reward_server.judge.Judge` on an engine made by
+:func:`reward_server.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
+parses a verdict: the Judge does both, exactly as the reward service does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from cer.dialogue import Turn
+from cer.reasoning import parse
+from cer.taxonomy import load_taxonomy
+from cer.verdicts import Preference, Verdict
+from reward_server.engines.base import Engine, EngineConfig, EngineError
+from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, Judge, JudgeSettings, load_template
+from reward_server.types import JudgeMode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalItem:
+    """One held-out judge item with its gold verdicts."""
+
+    key: str
+    history: list[Turn]
+    reference: str | None
+    candidate: str
+    gold: dict[str, Verdict]
+
+
+@dataclass
+class Prediction:
+    """What the judge said about one item (None = no parsable verdict for that component)."""
+
+    key: str
+    verdicts: dict[str, Verdict | None]
+    texts: list[str] = field(default_factory=list)
+    generations: int = 0
+    error: str | None = None
+
+
+def components_of(variant: str) -> tuple[str, ...]:
+    """The components a variant's judge decides (unified: all four; prm: steps; orm: the preference)."""
+    mode = JudgeMode(variant)
+    return tuple(c for c in COMPONENTS if (c == PREFERENCE and mode.judges_preference)
+                 or (c in STEP_COMPONENTS and mode.judges_steps))
+
+
+def item_key(dialogue_id: str, candidate: str) -> str:
+    """Stable id of a (dialogue, candidate) pair, shared by the variants' sets (used to join them)."""
+    return f"{dialogue_id}:{hashlib.sha256(candidate.encode('utf-8')).hexdigest()[:12]}"
+
+
+def gold_of(labels: dict[str, Any]) -> dict[str, Verdict]:
+    """The emit schema's ``labels`` column as verdicts (components absent or null are left out)."""
+    out: dict[str, Verdict] = {}
+    for c in STEP_COMPONENTS:
+        if labels.get(c) is not None:
+            out[c] = bool(labels[c])
+    if labels.get(PREFERENCE) is not None:
+        out[PREFERENCE] = Preference(labels[PREFERENCE])
+    return out
+
+
+def items_from_rows(rows: Any, max_items: int | None = None) -> list[EvalItem]:
+    """EvalItems from a split of the judge SFT set (any iterable of emit-schema rows)."""
+    items: list[EvalItem] = []
+    for row in rows:
+        if max_items is not None and len(items) >= max_items:
+            break
+        history = [Turn.from_dict({"role": t["role"], "text": t["text"]}) for t in row["history"]]
+        items.append(EvalItem(item_key(row["dialogue_id"], row["candidate"]), history, row["reference"],
+                              row["candidate"], gold_of(row["labels"])))
+    return items
+
+
+@dataclass(frozen=True)
+class JudgeRuntime:
+    """How judges are run for evaluation: backend, base model, device and the judge's sampling policy."""
+
+    backend: str = "transformers"
+    model: str = "default"
+    device: str = "auto"
+    max_batch: int = 32
+    template: str = "unifireward-v1"
+    taxonomy: str | None = None
+    settings: JudgeSettings = field(default_factory=lambda: JudgeSettings(seed=0))
+    concurrency: int = 32
+
+
+def _model_dtype(device: str) -> str:
+    import torch
+
+    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return "bfloat16" if on_cuda else "float32"
+
+
+def model_ref(runtime: JudgeRuntime, model: str | None = None) -> Any:
+    """The resolved base model (:class:`reward_server.model_store.ModelRef`) in the device's dtype."""
+    from reward_server.model_store import resolve_model
+
+    return resolve_model(model or runtime.model, _model_dtype(runtime.device))
+
+
+@asynccontextmanager
+async def open_engine(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
+                      backend: str | None = None) -> AsyncIterator[Engine]:
+    """A started engine on the base model (+ ``adapter``), stopped on exit."""
+    from reward_server.engines import create_engine
+
+    ref = model_ref(runtime, model)
+    engine = create_engine(EngineConfig(backend=backend or runtime.backend, model_path=ref.path,
+                                        model_id=ref.model_id, revision=ref.revision, adapter=adapter,
+                                        device=runtime.device, max_batch=runtime.max_batch))
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()
+
+
+def make_judge(engine: Engine, runtime: JudgeRuntime) -> Judge:
+    """The serving judge on ``engine`` with the runtime's template, taxonomy and settings."""
+    return Judge(engine, load_template(runtime.template), load_taxonomy(runtime.taxonomy), runtime.settings)
+
+
+async def predict(judge: Judge, items: list[EvalItem], variant: str, concurrency: int = 32) -> list[Prediction]:
+    """Judge every item in the variant's mode, ``concurrency`` items at a time (the engine batches them)."""
+    mode = JudgeMode(variant)
+    wanted = components_of(variant)
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(item: EvalItem) -> Prediction:
+        async with gate:
+            parsed = parse(item.candidate)
+            try:
+                cj = await judge.judge(item.history, item.reference, parsed, mode)
+            except EngineError as exc:
+                log.warning("judge failed on item %s: %s", item.key, type(exc).__name__)
+                return Prediction(item.key, {c: None for c in wanted}, error=f"engine_error: {exc}")
+            return Prediction(item.key, {c: cj.verdicts.get(c) for c in wanted}, cj.texts, cj.generations)
+
+    preds = await asyncio.gather(*(one(it) for it in items))
+    failed = sum(1 for p in preds for v in p.verdicts.values() if v is None)
+    log.info("%s judge: %d items, %d components without a verdict", variant, len(preds), failed)
+    return list(preds)
+
+
+__all__ = ["EvalItem", "JudgeRuntime", "Prediction", "components_of", "gold_of", "item_key", "items_from_rows",
+           "make_judge", "model_ref", "open_engine", "predict"]

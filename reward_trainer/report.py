@@ -1,0 +1,97 @@
+"""Writing the evaluation: confusion-matrix PNGs and the markdown report (Table 1 columns per variant and judge)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cer.verdicts import PREFERENCE_LABELS, STEP_LABELS
+from reward_trainer.inconsistency import RULE
+from reward_trainer.metrics import INVALID, PREFERENCE, STEPS, VariantMetrics
+
+COLUMNS: tuple[str, ...] = ("Step1 wF1", "Step1 False-R", "Step2 wF1", "Step2 False-R", "Step3 wF1", "Step3 False-R",
+                            "Resp wF1", "Resp Acc", "Parse fail", "Inconsistency")
+
+
+def plot_confusions(metrics: VariantMetrics, title: str, path: Path) -> Path:
+    """One PNG with a confusion matrix per judged component (rows gold, columns predicted + ``invalid``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    comps = [c for c in (*STEPS, PREFERENCE) if c in metrics.confusion]
+    fig, axes = plt.subplots(1, max(1, len(comps)), figsize=(4.2 * max(1, len(comps)), 4.0), squeeze=False)
+    for ax, comp in zip(axes[0], comps):
+        rows = list(STEP_LABELS if comp in STEPS else PREFERENCE_LABELS)
+        cols = [*rows, INVALID]
+        matrix = metrics.confusion[comp]
+        ax.imshow(matrix, cmap="Blues")
+        ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right")
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("gold")
+        ax.set_title(comp)
+        for i, row in enumerate(matrix):
+            for j, value in enumerate(row):
+                ax.text(j, i, str(value), ha="center", va="center", fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and value != value) else f"{100 * float(value):.2f}"
+
+
+def table_row(variant: str, judge: str, m: dict[str, Any]) -> str:
+    """One markdown row of the Table 1 columns (percentages)."""
+    cells = []
+    for i in range(3):
+        cells += [_pct(m["step_weighted_f1"][i]), _pct(m["step_false_recall"][i])]
+    cells += [_pct(m["response_weighted_f1"]), _pct(m["response_accuracy"]), _pct(m["parse_failure_rate"]),
+              _pct(m["inconsistency_ratio"])]
+    return f"| {variant} | {judge} | {m['n_items']} | " + " | ".join(cells) + " |"
+
+
+def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
+    """The markdown report of a ``metrics.json`` mapping."""
+    lines = ["# UnifiReward judge evaluation", ""]
+    meta = metrics.get("meta", {})
+    if meta:
+        lines += [f"- data: `{meta.get('data_dir')}`, held-out split, backend `{meta.get('backend')}`, base model "
+                  f"`{meta.get('model_id')}` ({meta.get('model_revision')})",
+                  f"- judge settings: {meta.get('settings')}", f"- template: `{meta.get('template')}`",
+                  f"- seconds: {meta.get('seconds')}", ""]
+    lines += ["Percentages. False-R = recall of the False class; Resp = reply preference (4 classes); parse "
+              "failures count as wrong predictions (never dropped); Inconsistency = Fig. 5a audit ratio (unified "
+              "row: the unified judge; prm/orm rows: PRM + ORM together).", "",
+              "| Variant | Judge | n | " + " | ".join(COLUMNS) + " |",
+              "|" + "---|" * (len(COLUMNS) + 3)]
+    for variant, entry in metrics.items():
+        if variant in ("meta", "inconsistency"):
+            continue
+        lines.append(table_row(variant, entry["judge"], entry))
+        for name, base in entry.get("baselines", {}).items():
+            lines.append(table_row(variant, name, base))
+    inc = metrics.get("inconsistency", {})
+    if inc:
+        lines += ["", "## Process/outcome inconsistency (Fig. 5a)", "", f"Rule: {RULE}", "",
+                  "| Judge | Setup | items | audited | unparsed | auditor ratio | rule ratio | agreement |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for judge, setups in inc.items():
+            for setup, r in setups.items():
+                if not isinstance(r, dict):
+                    continue
+                lines.append(f"| {judge} | {setup} | {r['n_items']} | {r['n_audited']} | {r['n_unparsed']} | "
+                             f"{_pct(r['ratio'])} | {_pct(r['rule_ratio'])} | {_pct(r['agreement_with_rule'])} |")
+    if pngs:
+        lines += ["", "## Confusion matrices", ""]
+        lines += [f"- {name}: ![{name}]({path})" for name, path in sorted(pngs.items())]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["COLUMNS", "plot_confusions", "render_report", "table_row"]
