@@ -93,7 +93,7 @@ class LLM:
         self.settings = settings
         self._engine = engine
         self._own_engine = engine is None
-        self._started = engine is not None
+        self._started = False
         self._lock = asyncio.Lock()
         self.stats = CallStats()
         self.cache_dir = settings.cache_dir or default_cache_dir()
@@ -127,7 +127,8 @@ class LLM:
                 log.info("starting %s engine for %s", self.settings.backend, self.model_id)
                 self._engine = create_engine(self.engine_config())
             if not self._started:
-                await self._engine.start()
+                if self._own_engine or not self._engine.healthy():
+                    await self._engine.start()
                 self._started = True
         return self._engine
 

@@ -101,13 +101,15 @@ def elbow(ks: list[int], sse: list[float]) -> int:
 
 
 def cluster(embeddings: np.ndarray, k_min: int, k_max: int, seed: int) -> tuple[list[int], list[float], int, np.ndarray]:
-    """K-means for k in k_min..min(k_max, n-1); returns ks, SSE per k, the elbow k and its labels."""
+    """K-means for k in k_min..min(k_max, n-1, distinct points); returns ks, SSE per k, the elbow k and its
+    labels (one cluster when there are fewer than 3 points or fewer than 2 distinct ones)."""
     from sklearn.cluster import KMeans
 
     n = len(embeddings)
-    if n < 3:
+    distinct = len(np.unique(np.round(embeddings, 6), axis=0)) if n else 0
+    if n < 3 or distinct < 2:
         return [1], [0.0], 1, np.zeros(n, dtype=int)
-    hi = min(k_max, n - 1)
+    hi = min(k_max, n - 1, distinct)
     lo = min(max(1, k_min), hi)
     ks = list(range(lo, hi + 1))
     fits = [KMeans(n_clusters=k, n_init=10, random_state=seed).fit(embeddings) for k in ks]
