@@ -6,6 +6,7 @@ import abc
 import threading
 
 import numpy as np
+from cachetools import LRUCache
 
 
 class Embedder(abc.ABC):
@@ -19,20 +20,31 @@ class Embedder(abc.ABC):
 
 
 class SentenceEmbedder(Embedder):
-    """sentence-transformers on a local folder (never downloads); CPU by default."""
+    """sentence-transformers on a local folder (never downloads); CPU by default.
 
-    def __init__(self, path: str, model_id: str | None = None, device: str = "cpu", batch_size: int = 64) -> None:
+    Vectors are kept in an LRU by text, so repeated histories and cached candidates cost no model call.
+    """
+
+    def __init__(self, path: str, model_id: str | None = None, device: str = "cpu", batch_size: int = 64,
+                 cache_entries: int = 50_000) -> None:
         from sentence_transformers import SentenceTransformer
 
         self.model_id = model_id or path
         self._model = SentenceTransformer(path, device=device, local_files_only=True)
+        self._dim = int(self._model.get_embedding_dimension() or 0)
         self._batch = batch_size
         self._lock = threading.Lock()
+        self._cache: LRUCache[str, np.ndarray] = LRUCache(maxsize=cache_entries)
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self._model.get_sentence_embedding_dimension() or 0), dtype=np.float32)
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
         with self._lock:
-            vecs = self._model.encode(texts, batch_size=self._batch, normalize_embeddings=True,
-                                      convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vecs, dtype=np.float32)
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if missing:
+                vecs = self._model.encode(missing, batch_size=self._batch, normalize_embeddings=True,
+                                          convert_to_numpy=True, show_progress_bar=False)
+                for t, v in zip(missing, vecs):
+                    self._cache[t] = np.asarray(v, dtype=np.float32)
+            for i, t in enumerate(texts):
+                out[i] = self._cache[t]
+        return out
