@@ -1,0 +1,152 @@
+"""Silver labels by construction and the emitted datasets (columns, judge chats, splits by dialogue, ablation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from datasets import load_from_disk
+
+from cer.policy_prompt import policy_messages
+from cer.reasoning import parse
+from cer.taxonomy import load_taxonomy
+from cer.verdicts import Preference
+from data_builder.cli import main
+from data_builder.emit import build_grpo_prompts, build_judge_sft, heldout_dialogues, make_ablation_sets
+from data_builder.records import read_jsonl, turns_of
+from data_builder.silver import build_silver, load_config, round_intensity, support_stage
+from reward_server.judge import load_template, render_judge_chat
+from reward_server.types import JudgeMode
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
+
+
+@pytest.fixture()
+def rounds(tmp_path: Path) -> list[dict]:
+    assert main(["ingest", "--quiet", "--format", "esconv", "--out", str(tmp_path / "i"), str(FIX / "esconv.json")]) == 0
+    assert main(["sample", "--quiet", "--rounds", "5", "--out", str(tmp_path / "s"), str(tmp_path / "i" / "dialogues.jsonl")]) == 0
+    return list(read_jsonl(tmp_path / "s" / "rounds.jsonl"))
+
+
+def test_stage_and_intensity_rules() -> None:
+    cfg = load_config()
+    assert support_stage("Question", 5, 5, cfg) == "exploration"
+    assert support_stage("Providing Suggestions", 1, 5, cfg) == "action"
+    assert [support_stage("Others", i, 7, cfg) for i in (1, 4, 7)] == ["exploration", "comforting", "action"]
+    assert round_intensity({"initial_intensity": 5, "final_intensity": 1}, 3, 5) == 3
+    assert round_intensity({"initial_intensity": 4, "final_intensity": None}, 3, 5) == 4
+    assert round_intensity({}, 1, 1) is None
+
+
+def test_silver_false_share_and_labels_match_construction(rounds: list[dict]) -> None:
+    tax = load_taxonomy()
+    items, counts = build_silver(rounds, tax, load_config(), false_share=0.23, seed=3)
+    assert len(items) == len(rounds) == counts["items"]
+    n_false = sum(not it["labels"][s] for it in items for s in ("step1", "step2", "step3"))
+    assert n_false == round(0.23 * 3 * len(items))
+    by_round = {(r["dialogue_id"], r["round_index"]): r for r in rounds}
+    for it in items:
+        r = by_round[(it["dialogue_id"], it["round_index"])]
+        parsed = parse(it["candidate"])
+        assert parsed.ok
+        for s in ("step1", "step2", "step3"):
+            assert it["labels"][s] == (s not in it["construction"]["corrupted"])
+        if it["labels"]["step3"]:
+            assert r["strategy"] in parsed.parts["strategy"]
+        else:
+            assert r["strategy"] not in parsed.parts["strategy"].split(".")[0]
+        if it["labels"]["step2"]:
+            assert r["meta"]["emotion_type"] in parsed.parts["emotion"]
+        pref, orient = it["labels"]["preference"], it["construction"]["orientation"]
+        if orient == "real_first":
+            assert pref == "first" and it["reference"] == r["reference"] and parsed.response != r["reference"]
+        elif orient == "real_second":
+            assert pref == "second" and parsed.response == r["reference"] and it["reference"] != r["reference"]
+        else:
+            assert pref == "neither" and r["reference"] not in (it["reference"], parsed.response)
+        # a mismatched reply comes from another dialogue of the same language
+        if it["lang"] == "zh":
+            assert all("\u4e00" <= ch <= "\u9fff" for ch in parsed.response[:1])
+    # reproducible, and the share is configurable
+    assert build_silver(rounds, tax, load_config(), 0.23, seed=3)[0] == items
+    none_false, _ = build_silver(rounds, tax, load_config(), 0.0, seed=3)
+    assert all(all(it["labels"][s] for s in ("step1", "step2", "step3")) for it in none_false)
+    only_first, _ = build_silver(rounds, tax, load_config(), 0.5, (1.0, 0.0, 0.0), seed=3)
+    assert {it["labels"]["preference"] for it in only_first} == {"first"}
+    with pytest.raises(ValueError):
+        build_silver(rounds, tax, load_config(), 1.5)
+
+
+def test_silver_skips_rounds_without_gold(rounds: list[dict]) -> None:
+    broken = [{**rounds[0], "strategy": None}, {**rounds[1], "meta": {**rounds[1]["meta"], "emotion_type": ""}}]
+    items, counts = build_silver(broken + rounds[2:], load_taxonomy(), load_config())
+    assert counts["skipped_no_strategy"] == 1 and counts["skipped_no_emotion"] == 1
+    assert len(items) == len(rounds) - 2
+
+
+def test_emit_columns_messages_and_dialogue_split(tmp_path: Path, rounds: list[dict]) -> None:
+    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1)
+    persona = [{**it, "dialogue_id": it["dialogue_id"] + "#persona", "source": "persona"} for it in items]
+    from data_builder.records import write_jsonl
+    write_jsonl(tmp_path / "items.jsonl", items + persona)
+    write_jsonl(tmp_path / "rounds.jsonl", rounds)
+    out = tmp_path / "emit"
+    assert main(["emit", "--quiet", "--heldout-fraction", "0.4", "--out", str(out), str(tmp_path / "items.jsonl"),
+                 str(tmp_path / "rounds.jsonl")]) == 0
+    template, tax = load_template(), load_taxonomy()
+    held = set(json.loads((out / "heldout_dialogues.json").read_text()))
+    assert len(held) == 2
+    for mode in ("unified", "prm", "orm"):
+        dd = load_from_disk(str(out / "judge_sft" / mode))
+        assert set(dd) == {"train", "heldout"}
+        assert dd["train"].column_names == ["messages", "dialogue_id", "history", "reference", "candidate", "labels",
+                                            "mode", "source"]
+        assert len(dd["train"]) + len(dd["heldout"]) == 2 * len(items)
+        train_ids = {d.split("#")[0] for d in dd["train"]["dialogue_id"]}
+        held_ids = {d.split("#")[0] for d in dd["heldout"]["dialogue_id"]}
+        assert not train_ids & held_ids and held_ids == held
+        row = dd["train"][0]
+        verdicts = {**{s: row["labels"][s] for s in ("step1", "step2", "step3")},
+                    "preference": Preference(row["labels"]["preference"])}
+        src = next(it for it in items + persona if it["dialogue_id"] == row["dialogue_id"] and it["candidate"] == row["candidate"])
+        expected = render_judge_chat(template, tax, JudgeMode(mode), turns_of(row["history"]), row["reference"],
+                                     parse(row["candidate"]), verdicts, src["rationales"])
+        assert row["messages"] == expected and row["mode"] == mode
+        n_assistant = sum(m["role"] == "assistant" for m in row["messages"])
+        assert n_assistant == {"unified": 4, "prm": 3, "orm": 1}[mode]
+    g = load_from_disk(str(out / "grpo_prompts"))
+    assert g["train"].column_names == ["dialogue_id", "history", "reference", "prompt"]
+    r = g["train"][0]
+    assert r["history"][-1]["role"] == "seeker" and r["prompt"] == policy_messages(turns_of(r["history"]))
+    assert set(g["heldout"]["dialogue_id"]) <= held and not set(g["train"]["dialogue_id"]) & held
+
+
+def test_heldout_is_stable_and_python_api(rounds: list[dict]) -> None:
+    ids = [f"d{i}" for i in range(50)]
+    h = heldout_dialogues(ids, 0.2, seed=0)
+    assert len(h) == 10 and h == heldout_dialogues(list(reversed(ids)), 0.2, seed=0)
+    assert heldout_dialogues(["a", "b"], 0.1) and heldout_dialogues(["a"], 0.1) == set()
+    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1)
+    sets = build_judge_sft(items, modes=["unified"], heldout_fraction=0.2)
+    assert len(sets["unified"]["train"]) + len(sets["unified"]["heldout"]) == len(items)
+    empty = build_grpo_prompts([], heldout_fraction=0.2)
+    assert len(empty["train"]) == 0 and empty["train"].column_names == ["dialogue_id", "history", "reference", "prompt"]
+
+
+def test_ablation_sets_equal_size(rounds: list[dict]) -> None:
+    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1)
+    rw = [{**it, "dialogue_id": it["dialogue_id"] + "#rewrite", "source": "rewrite"} for it in items]
+    pe = [{**it, "dialogue_id": it["dialogue_id"] + "#persona", "source": "persona"} for it in items]
+    sets = make_ablation_sets(items, rw, pe, n_extra=6, modes=["prm"], heldout_fraction=0.2, seed=0)
+    sizes = {k: len(v["prm"]["train"]) for k, v in sets.items()}
+    assert len(set(sizes.values())) == 1
+    held = [sorted(v["prm"]["heldout"]["candidate"]) for v in sets.values()]
+    assert held[0] == held[1] == held[2]
+    assert sets["D"]["prm"]["train"]["source"].count("duplicate") == 6
+    assert sets["R"]["prm"]["train"]["source"].count("rewrite") == 6
+    assert sets["P"]["prm"]["train"]["source"].count("persona") == 6
+    heldout_bases = {d for d in sets["P"]["prm"]["heldout"]["dialogue_id"]}
+    assert not {d.split("#")[0] for d in sets["P"]["prm"]["train"]["dialogue_id"]} & heldout_bases
+    with pytest.raises(ValueError):
+        make_ablation_sets(items, rw[:1], pe, n_extra=5)
