@@ -119,18 +119,18 @@ class CompeerGRPOConfig(GRPOConfig):
     )
     max_prompts: int | None = field(default=None, metadata={"help": "Use at most this many prompts (None: all)."})
     # ---- SFT warm-up -------------------------------------------------------------------------------------------
-    warmup_steps: int = field(
+    sft_warmup_steps: int = field(
         default=0,
         metadata={"help": "Optimizer steps of SFT on CER-format outputs before GRPO (0: no warm-up). A small "
                           "policy never writes the CER tags unprompted; without a warm-up GRPO sees no reward "
                           "spread in most groups."},
     )
-    warmup_dataset: str = field(
+    sft_warmup_dataset: str = field(
         default="smoke",
         metadata={"help": "Warm-up data: `smoke` or a JSONL/datasets folder with history and target (a CER "
                           "output) columns."},
     )
-    warmup_learning_rate: float = field(default=2e-4, metadata={"help": "Learning rate of the SFT warm-up."})
+    sft_warmup_learning_rate: float = field(default=2e-4, metadata={"help": "Learning rate of the SFT warm-up."})
 
     def __post_init__(self) -> None:
         self._validate_compeer_fields()
@@ -173,8 +173,8 @@ class CompeerGRPOConfig(GRPOConfig):
             raise ValueError(f"policy_dtype must be float32 or bfloat16 (got {self.policy_dtype!r})")
         if self.use_lora and (self.lora_r <= 0 or not self.lora_target_modules):
             raise ValueError("use_lora needs lora_r > 0 and at least one lora_target_modules entry")
-        if self.warmup_steps < 0:
-            raise ValueError("warmup_steps must be >= 0 (0 turns the SFT warm-up off)")
+        if self.sft_warmup_steps < 0:
+            raise ValueError("sft_warmup_steps must be >= 0 (0 turns the SFT warm-up off)")
         if self.max_prompts is not None and self.max_prompts <= 0:
             raise ValueError("max_prompts must be positive, or null for all prompts")
         if self.log_completions:
@@ -184,7 +184,8 @@ class CompeerGRPOConfig(GRPOConfig):
     def _validate_grouping(self) -> None:
         """Each process must hold whole rollout groups: the reweighting (Eq.5-7) works on a group at a time."""
         local = self.per_device_train_batch_size * (self.steps_per_generation or 1)
-        if self.world_size > 1 and local % self.num_generations != 0:
+        group = self.num_generations or 1
+        if self.world_size > 1 and local % group != 0:
             raise ValueError(
                 f"with {self.world_size} processes each process generates {local} completions per generation "
                 f"batch, which splits groups of num_generations={self.num_generations} across processes, and "
@@ -227,7 +228,7 @@ def read_profile(spec: str) -> dict[str, Any]:
     path = resolve_profile(spec)
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"profile {path}: expected a mapping of config fields to values")
+        raise ValueError(f"profile {path}: expected a mapping of config fields to values")  # noqa: TRY004 (bad file content)
     unknown = sorted(set(data) - field_names())
     if unknown:
         raise ValueError(f"profile {path}: unknown fields {unknown}; see `compeer-train grpo --help-fields`")

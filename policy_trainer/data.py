@@ -51,7 +51,7 @@ def _read_rows(spec: str) -> list[dict[str, Any]]:
 def _turns(row: dict[str, Any], where: str) -> list[Turn]:
     raw = row.get("history")
     if not isinstance(raw, list):
-        raise ValueError(f"{where}: `history` must be a list of {{role, text}} turns")
+        raise ValueError(f"{where}: `history` must be a list of {{role, text}} turns")  # noqa: TRY004 (bad data)
     try:
         return [Turn.from_dict(t) for t in raw]
     except (KeyError, TypeError, ValueError) as exc:
@@ -95,7 +95,7 @@ def load_warmup_set(spec: str) -> Dataset:
         where = f"{spec} row {i}"
         target = row.get("target")
         if not isinstance(target, str):
-            raise ValueError(f"{where}: the warm-up set needs a `target` column (a CER output)")
+            raise ValueError(f"{where}: the warm-up set needs a `target` column (a CER output)")  # noqa: TRY004
         parsed = parse(target)
         if not parsed.ok:
             raise ValueError(f"{where}: target is not well-formed CER (missing {parsed.missing})")

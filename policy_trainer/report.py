@@ -62,7 +62,7 @@ class MetricsReport(TrainerCallback):
             self._warned = True
             log.warning("frac_reward_zero_std = %.2f: most groups have identical rewards, so GRPO gets no signal "
                         "from them. A small policy rarely writes the CER tags: run the SFT warm-up "
-                        "(--set warmup_steps=N) or raise num_generations/temperature.", frac)
+                        "(--set sft_warmup_steps=N) or raise num_generations/temperature.", frac)
 
 
 def _fmt(value: Any) -> str:

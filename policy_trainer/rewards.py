@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from cer.dialogue import Turn
 from cer.redundancy import RedundancyMode, reweight
+from policy_trainer.config import CompeerGRPOConfig, LengthUnit, RewardJudgeMode
 from reward_server.client import RewardCallError
 from reward_server.types import (
     CandidateResult,
@@ -32,8 +33,6 @@ from reward_server.types import (
     ScoreOptions,
     Status,
 )
-
-from policy_trainer.config import CompeerGRPOConfig, LengthUnit, RewardJudgeMode
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ class RewardSettings:
 
     @classmethod
     def from_config(cls, cfg: CompeerGRPOConfig) -> RewardSettings:
-        return cls(num_generations=cfg.num_generations, judge_mode=RewardJudgeMode(cfg.judge_mode),
+        return cls(num_generations=cfg.num_generations or 1, judge_mode=RewardJudgeMode(cfg.judge_mode),
                    redundancy_mode=RedundancyMode(cfg.redundancy_mode), alpha=cfg.redundancy_alpha,
                    beta=cfg.redundancy_beta, length_unit=LengthUnit(cfg.length_unit), timeout_s=cfg.reward_timeout_s)
 
@@ -173,7 +172,7 @@ def split_groups(n_items: int, num_generations: int, histories: Sequence[Any],
 
 def _history(raw: Any) -> list[Turn]:
     if not isinstance(raw, list):
-        raise ValueError("the dataset's `history` column must hold a list of {role, text} turns")
+        raise ValueError("the dataset's `history` column must hold a list of {role, text} turns")  # noqa: TRY004
     return [t if isinstance(t, Turn) else Turn.from_dict(t) for t in raw]
 
 

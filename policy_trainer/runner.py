@@ -87,9 +87,9 @@ def load_policy(cfg: CompeerGRPOConfig) -> tuple[PreTrainedModel, PreTrainedToke
 
 
 def _prepare_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                    out_dir: Path, peft: LoraConfig | None) -> tuple[PreTrainedModel, LoraConfig | None]:
+                    out_dir: Path, peft: LoraConfig | None) -> tuple[PreTrainedModel | PeftModel, LoraConfig | None]:
     """Run or reload the SFT warm-up; returns the model GRPO starts from and the LoRA config still to apply."""
-    if cfg.warmup_steps <= 0:
+    if cfg.sft_warmup_steps <= 0:
         return model, peft
     saved = warmup_adapter_path(out_dir)
     if saved.exists():
@@ -123,9 +123,10 @@ def run(cfg: CompeerGRPOConfig, out_dir: Path, *, resume: bool = False,
         (out_dir / "metrics.jsonl").unlink()
     model, tokenizer, policy_path = load_policy(cfg)
     dataset = load_prompt_set(cfg.prompt_set, cfg.max_prompts)
-    model, peft = _prepare_warmup(cfg, model, tokenizer, out_dir, lora_config(cfg))
+    policy, peft = _prepare_warmup(cfg, model, tokenizer, out_dir, lora_config(cfg))
     reward = CompeerReward(RewardSettings.from_config(cfg), client_factory or default_client_factory(cfg))
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=cfg, train_dataset=dataset,
+    reward_funcs: list[Any] = [reward]  # async callable: TRL's annotation lists only sync ones
+    trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=cfg, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=peft,
                           callbacks=[MetricsReport(out_dir, cfg.zero_std_warn_fraction)])
     log.info("GRPO: policy %s, %d prompts, G=%d, judge %s, redundancy %s, reward servers %s", policy_path,

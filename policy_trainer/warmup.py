@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
@@ -29,12 +29,12 @@ def warmup_adapter_path(out_dir: Path) -> Path:
 
 def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                out_dir: Path, peft_config: Any | None) -> PreTrainedModel:
-    """Train ``cfg.warmup_steps`` SFT steps and return the trained model (a PeftModel when ``peft_config`` is set)."""
-    dataset = load_warmup_set(cfg.warmup_dataset)
+    """Train ``cfg.sft_warmup_steps`` SFT steps and return the trained model (a PeftModel when ``peft_config`` is set)."""
+    dataset = load_warmup_set(cfg.sft_warmup_dataset)
     args = SFTConfig(
         output_dir=str(out_dir / "warmup"),
-        max_steps=cfg.warmup_steps,
-        learning_rate=cfg.warmup_learning_rate,
+        max_steps=cfg.sft_warmup_steps,
+        learning_rate=cfg.sft_warmup_learning_rate,
         per_device_train_batch_size=min(4, len(dataset)),
         gradient_accumulation_steps=1,
         bf16=cfg.bf16,
@@ -50,9 +50,9 @@ def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTra
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config)
-    log.info("SFT warm-up: %d steps on %d CER examples", cfg.warmup_steps, len(dataset))
+    log.info("SFT warm-up: %d steps on %d CER examples", cfg.sft_warmup_steps, len(dataset))
     result = trainer.train()
     log.info("SFT warm-up done: loss %.4f", result.training_loss)
     target = warmup_adapter_path(out_dir)
     trainer.save_model(str(target))
-    return trainer.model
+    return cast(PreTrainedModel, trainer.model)  # the PeftModel SFTTrainer built around ``model``

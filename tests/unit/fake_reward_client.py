@@ -7,7 +7,7 @@ It answers ``score_batch`` from a table keyed by candidate text, records every c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -69,11 +69,13 @@ def _meta(mode: JudgeMode) -> GroupMeta:
 
 
 class FakeRewardClient:
-    """Answers from ``table`` (candidate text -> FakeScore; unknown texts get the default FakeScore)."""
+    """Answers from ``table`` (candidate text -> FakeScore); other texts get ``default(text)`` (a plain FakeScore)."""
 
     def __init__(self, table: dict[str, FakeScore] | None = None, *, fail_with: grpc.StatusCode | None = None,
-                 hang_s: float = 0.0, reject_groups: Sequence[int] = ()) -> None:
+                 hang_s: float = 0.0, reject_groups: Sequence[int] = (),
+                 default: Callable[[str], FakeScore] | None = None) -> None:
         self.table = table or {}
+        self.default = default or (lambda _text: FakeScore())
         self.fail_with = fail_with
         self.hang_s = hang_s
         self.reject_groups = set(reject_groups)
@@ -95,7 +97,7 @@ class FakeRewardClient:
                 out.append(ErrorInfo("INVALID_ARGUMENT", f"groups[{i}].reference", "fake rejection"))
                 continue
             mode = g.options.mode or JudgeMode.UNIFIED
-            out.append(GroupResponse(results=[_result(self.table.get(c, FakeScore()), mode,
+            out.append(GroupResponse(results=[_result(self.table[c] if c in self.table else self.default(c), mode,
                                                       g.options.include_similarity) for c in g.candidates],
                                      meta=_meta(mode)))
         return out
