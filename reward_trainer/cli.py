@@ -4,7 +4,7 @@
 
     compeer-train judge --config cpu-smoke|gpu|FILE [--out DIR] [--max-steps N] [--data DIR] [--variant V]
     compeer-train judge-eval --adapter DIR [--adapter VARIANT=DIR ...] --data DIR --out DIR [--backend ...]
-    compeer-train judge-ablation --config FILE --out DIR [--rewrite DIR --persona DIR] [--extra N]
+    compeer-train judge-ablation --config FILE --out DIR --items ITEMS.jsonl [--rewrite F --persona F] [--extra N]
 """
 
 from __future__ import annotations
@@ -65,11 +65,12 @@ def make_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("judge-ablation", parents=[_eval_flags()], help="D / R / P training-set ablation")
     a.add_argument("--config", required=True, help="profile name or YAML file (the same for the three runs)")
     a.add_argument("--out", required=True, help="ablation folder")
-    a.add_argument("--data", default=None, help="judge_sft folder (overrides data_dir)")
+    a.add_argument("--items", nargs="+", required=True,
+                   help="judge_item JSONL files (data_builder silver/annotate); rewrite/persona sources are pools")
+    a.add_argument("--rewrite", nargs="*", default=[], help="more judge_item files made from plain rewrites")
+    a.add_argument("--persona", nargs="*", default=[], help="more judge_item files made from persona rewrites")
     a.add_argument("--max-steps", type=int, default=None, help="optimizer steps per run (overrides max_steps)")
-    a.add_argument("--rewrite", default=None, help="judge_sft folder emitted from plain rewrites")
-    a.add_argument("--persona", default=None, help="judge_sft folder emitted from persona rewrites")
-    a.add_argument("--extra", type=int, default=None, help="extra rows per set (default: the most all three allow)")
+    a.add_argument("--extra", type=int, default=None, help="extra items per set (default: the most all pools allow)")
     return parser
 
 
@@ -144,14 +145,14 @@ def _ablate(args: argparse.Namespace) -> int:
     from reward_trainer.config import read_profile
 
     mapping = read_profile(args.config)
-    for key, value in (("data_dir", args.data), ("max_steps", args.max_steps)):
-        if value is not None:
-            mapping[key] = value
-    options = eval_options(args, mapping.get("data_dir", ""), args.out)
+    if args.max_steps is not None:
+        mapping["max_steps"] = args.max_steps
+    options = eval_options(args, args.out, args.out)
     options.audit = False
-    results = run_ablation(mapping, Path(args.out), args.rewrite, args.persona, args.extra, options)
-    print(json.dumps({"out": args.out, "extra_rows": results["extra_rows"],
-                      "sets": {k: v["metrics"]["step_false_recall"] for k, v in results["sets"].items()}}))
+    results = run_ablation(mapping, Path(args.out), args.items, args.rewrite, args.persona, args.extra, options)
+    print(json.dumps({"out": args.out, "sets": {k: {"train_rows": v["train_rows"],
+                                                    "step_false_recall": v["metrics"]["step_false_recall"]}
+                                                for k, v in results["sets"].items()}}))
     return 0
 
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"judge": _train, "judge-eval": _evaluate, "judge-ablation": _ablate}
     try:
         return handlers[args.command](args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"compeer-train {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -153,7 +153,7 @@ def read_profile(name_or_path: str) -> dict[str, Any]:
         text = res.read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"--config {name_or_path!r}: expected a YAML mapping of JudgeSFTConfig fields")
+        raise TypeError(f"--config {name_or_path!r}: expected a YAML mapping of JudgeSFTConfig fields")
     return data
 
 

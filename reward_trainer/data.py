@@ -52,7 +52,7 @@ def load_judge_set(data_dir: str | Path, variant: str) -> DatasetDict:
     dsd = load_from_disk(str(path))
     if not hasattr(dsd, "keys"):
         raise ValueError(f"{path}: expected a DatasetDict with splits {TRAIN_SPLIT!r} and {HELDOUT_SPLIT!r}")
-    for split in dsd.keys():
+    for split in dsd:
         missing = [c for c in REQUIRED_COLUMNS if c not in dsd[split].column_names]
         if missing:
             raise ValueError(f"{path} split {split!r} lacks columns {missing}; re-run `compeer-data emit`")

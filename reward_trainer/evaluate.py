@@ -20,8 +20,17 @@ from reward_trainer import VARIANTS
 from reward_trainer.data import HELDOUT_SPLIT, TRAIN_SPLIT, load_judge_set
 from reward_trainer.inconsistency import AuditResult, audit, common_keys, from_prm_orm, from_unified
 from reward_trainer.metrics import VariantMetrics, label_str, majority_labels, score
-from reward_trainer.predict import (EvalItem, JudgeRuntime, Prediction, components_of, items_from_rows, make_judge,
-                                    model_ref, open_engine, predict)
+from reward_trainer.predict import (
+    EvalItem,
+    JudgeRuntime,
+    Prediction,
+    components_of,
+    items_from_rows,
+    make_judge,
+    model_ref,
+    open_engine,
+    predict,
+)
 from reward_trainer.report import plot_confusions, render_report
 
 log = logging.getLogger(__name__)

@@ -180,5 +180,16 @@ def common_keys(unified: list[AuditInput], prm_orm: list[AuditInput]) -> tuple[l
     return [a for a in unified if a.key in keys], [a for a in prm_orm if a.key in keys]
 
 
-__all__ = ["AUDIT_VERSION", "AuditInput", "AuditResult", "RULE", "audit", "audit_messages", "audit_one",
-           "common_keys", "from_prm_orm", "from_unified", "rule_contradicts"]
+__all__ = [
+    "AUDIT_VERSION",
+    "RULE",
+    "AuditInput",
+    "AuditResult",
+    "audit",
+    "audit_messages",
+    "audit_one",
+    "common_keys",
+    "from_prm_orm",
+    "from_unified",
+    "rule_contradicts",
+]

@@ -8,6 +8,7 @@ right, so it lowers recall and accuracy; weighted F1 averages only the gold clas
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +89,7 @@ def _clean(value: Any) -> Any:
     """NaN → None (JSON null), recursively for lists."""
     if isinstance(value, list):
         return [_clean(v) for v in value]
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and math.isnan(value):
         return None
     return value
 

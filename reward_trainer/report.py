@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ def plot_confusions(metrics: VariantMetrics, title: str, path: Path) -> Path:
 
 
 def _pct(value: Any) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and value != value) else f"{100 * float(value):.2f}"
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * float(value):.2f}"
 
 
 def table_row(variant: str, judge: str, m: dict[str, Any]) -> str:
@@ -62,13 +63,13 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
     lines = ["# UnifiReward judge evaluation", ""]
     meta = metrics.get("meta", {})
     if meta:
-        lines += [f"- data: `{meta.get('data_dir')}`, held-out split, backend `{meta.get('backend')}`, base model "
-                  f"`{meta.get('model_id')}` ({meta.get('model_revision')})",
+        lines += [(f"- data: `{meta.get('data_dir')}`, held-out split, backend `{meta.get('backend')}`, base model "
+                  f"`{meta.get('model_id')}` ({meta.get('model_revision')})"),
                   f"- judge settings: {meta.get('settings')}", f"- template: `{meta.get('template')}`",
                   f"- seconds: {meta.get('seconds')}", ""]
-    lines += ["Percentages. False-R = recall of the False class; Resp = reply preference (4 classes); parse "
+    lines += [("Percentages. False-R = recall of the False class; Resp = reply preference (4 classes); parse "
               "failures count as wrong predictions (never dropped); Inconsistency = Fig. 5a audit ratio (unified "
-              "row: the unified judge; prm/orm rows: PRM + ORM together).", "",
+              "row: the unified judge; prm/orm rows: PRM + ORM together)."), "",
               "| Variant | Judge | n | " + " | ".join(COLUMNS) + " |",
               "|" + "---|" * (len(COLUMNS) + 3)]
     for variant, entry in metrics.items():
