@@ -1,0 +1,78 @@
+"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree peak memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def write_result(name: str, figures: dict[str, Any]) -> Path:
+    """Write ``bench/results/<name>.json`` with the figures plus the machine they were measured on."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                           "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}, **figures}
+    out.write_text(json.dumps(payload, indent=2))
+    return out
+
+
+def print_table(title: str, rows: list[tuple[str, Any, str]]) -> None:
+    """Rows of (figure, value, goal or note)."""
+    print(f"\n{title}")
+    w = max(len(r[0]) for r in rows)
+    for name, value, goal in rows:
+        v = f"{value:.3f}" if isinstance(value, float) else str(value)
+        print(f"  {name:<{w}}  {v:>12}  {goal}")
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def tree_peak_rss_mb(pid: int) -> float:
+    """Sum of VmHWM (peak resident set) over a process and its descendants (Linux /proc)."""
+    def children(p: int) -> list[int]:
+        try:
+            out = []
+            for task in Path(f"/proc/{p}/task").iterdir():
+                txt = (task / "children").read_text().split()
+                out += [int(x) for x in txt]
+            return out
+        except OSError:
+            return []
+
+    total_kb = 0
+    stack = [pid]
+    seen = set()
+    while stack:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            continue
+        stack += children(p)
+    return total_kb / 1024
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
