@@ -26,10 +26,8 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-from datasets import Dataset, DatasetDict, Features, List, Value
-from datasets.utils.logging import disable_progress_bar
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from cer.policy_prompt import policy_messages
 from cer.reasoning import parse
@@ -41,18 +39,38 @@ from reward_server.types import JudgeMode
 from data_builder.records import JUDGE_ITEM, ROUND, Record, base_dialogue_id, read_records, turns_of
 from data_builder.stage import StageRun, add_common, limited, stable_unit
 
+if TYPE_CHECKING:  # datasets is imported when used: it costs ~1.5 s, and the other stages never need it
+    from datasets import Dataset, DatasetDict, Features
+
 SPLITS = ("train", "heldout")
 SFT_MODES: tuple[str, ...] = (JudgeMode.UNIFIED.value, JudgeMode.PRM.value, JudgeMode.ORM.value)
-_MSG = {"role": Value("string"), "content": Value("string")}
-_TURN = {"role": Value("string"), "text": Value("string")}
-JUDGE_FEATURES = Features({
-    "messages": List(_MSG), "dialogue_id": Value("string"), "history": List(_TURN), "reference": Value("string"),
-    "candidate": Value("string"),
-    "labels": {"step1": Value("bool"), "step2": Value("bool"), "step3": Value("bool"), "preference": Value("string")},
-    "mode": Value("string"), "source": Value("string"),
-})
-GRPO_FEATURES = Features({"dialogue_id": Value("string"), "history": List(_TURN), "reference": Value("string"),
-                          "prompt": List(_MSG)})
+
+
+@lru_cache(maxsize=1)
+def judge_features() -> Features:
+    """The column types of a judge SFT split."""
+    from datasets import Features, List, Value
+
+    msg = {"role": Value("string"), "content": Value("string")}
+    turn = {"role": Value("string"), "text": Value("string")}
+    return Features({
+        "messages": List(msg), "dialogue_id": Value("string"), "history": List(turn), "reference": Value("string"),
+        "candidate": Value("string"),
+        "labels": {"step1": Value("bool"), "step2": Value("bool"), "step3": Value("bool"),
+                   "preference": Value("string")},
+        "mode": Value("string"), "source": Value("string"),
+    })
+
+
+@lru_cache(maxsize=1)
+def grpo_features() -> Features:
+    """The column types of a GRPO prompt split."""
+    from datasets import Features, List, Value
+
+    msg = {"role": Value("string"), "content": Value("string")}
+    turn = {"role": Value("string"), "text": Value("string")}
+    return Features({"dialogue_id": Value("string"), "history": List(turn), "reference": Value("string"),
+                     "prompt": List(msg)})
 
 
 def heldout_dialogues(dialogue_ids: Iterable[str], fraction: float, seed: int = 0) -> set[str]:
@@ -97,6 +115,8 @@ def judge_row(item: Record, mode: str, template: Template, taxonomy: Taxonomy) -
 
 
 def _dataset(rows: list[dict[str, Any]], features: Features) -> Dataset:
+    from datasets import Dataset
+
     if not rows:
         return Dataset.from_dict({k: [] for k in features}, features=features)
     return Dataset.from_list(rows, features=features)
@@ -114,6 +134,8 @@ def build_judge_sft(items: Sequence[Record], modes: Sequence[str] = SFT_MODES, h
         (augmentation: duplicates, rewrites); they never enter ``heldout``.
     Returns ``{mode: DatasetDict(train=..., heldout=...)}`` with the columns of the module docstring.
     """
+    from datasets import DatasetDict
+
     template = template or load_template()
     taxonomy = taxonomy or load_taxonomy()
     held = heldout if heldout is not None else heldout_dialogues((i["dialogue_id"] for i in items), heldout_fraction, seed)
@@ -131,13 +153,15 @@ def build_judge_sft(items: Sequence[Record], modes: Sequence[str] = SFT_MODES, h
             row = judge_row(it, mode, template, taxonomy)
             if row is not None:
                 split_rows["train"].append(row)
-        out[mode] = DatasetDict({s: _dataset(split_rows[s], JUDGE_FEATURES) for s in SPLITS})
+        out[mode] = DatasetDict({s: _dataset(split_rows[s], judge_features()) for s in SPLITS})
     return out
 
 
 def build_grpo_prompts(rounds: Sequence[Record], heldout_fraction: float = 0.1, seed: int = 0,
                        heldout: set[str] | None = None, taxonomy: Taxonomy | None = None) -> DatasetDict:
     """The GRPO prompt DatasetDict from ``round`` records (history ending with a seeker turn + reference)."""
+    from datasets import DatasetDict
+
     held = heldout if heldout is not None else heldout_dialogues((r["dialogue_id"] for r in rounds), heldout_fraction, seed)
     split_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     for r in rounds:
@@ -147,7 +171,7 @@ def build_grpo_prompts(rounds: Sequence[Record], heldout_fraction: float = 0.1, 
         split_rows["heldout" if base_dialogue_id(r["dialogue_id"]) in held else "train"].append({
             "dialogue_id": r["dialogue_id"], "history": [t.to_dict() for t in history], "reference": r["reference"],
             "prompt": policy_messages(history, taxonomy)})
-    return DatasetDict({s: _dataset(split_rows[s], GRPO_FEATURES) for s in SPLITS})
+    return DatasetDict({s: _dataset(split_rows[s], grpo_features()) for s in SPLITS})
 
 
 def make_ablation_sets(base: Sequence[Record], rewrites: Sequence[Record], personas: Sequence[Record],
@@ -199,6 +223,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     st = StageRun("emit", args.out, argv, list(args.inputs),
                   params={"modes": args.modes, "heldout_fraction": args.heldout_fraction, "seed": args.seed,
                           "template": args.template, "limit": args.limit})
+    from datasets.utils.logging import disable_progress_bar
+
     disable_progress_bar()
     records = read_records([Path(p) for p in args.inputs], (JUDGE_ITEM, ROUND))
     items = limited([r for r in records if r["record"] == JUDGE_ITEM], args.limit)
