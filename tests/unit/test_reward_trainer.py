@@ -165,7 +165,7 @@ def test_config_rejects_unknown_keys_with_a_suggestion() -> None:
 
 
 def test_bf16_without_gpu_is_refused_with_the_remedy(monkeypatch: pytest.MonkeyPatch) -> None:
-    import reward_trainer.config as config
+    from reward_trainer import config
 
     monkeypatch.setattr(config, "_cuda_available", lambda: False)
     with pytest.raises(ValueError, match="set `bf16: false`"):
