@@ -22,7 +22,7 @@ from bench.common import print_table, write_result
 GOAL_S = 30.0
 STRATEGIES = ["Question", "Restatement or Paraphrasing", "Reflection of Feelings", "Self-disclosure",
               "Affirmation and Reassurance", "Providing Suggestions", "Information", "Others"]
-EN_WORDS = "work sleep friend family exam money worried tired alone hope plan talk feel week call help".split()
+EN_WORDS = ["work", "sleep", "friend", "family", "exam", "money", "worried", "tired", "alone", "hope", "plan", "talk", "feel", "week", "call", "help"]
 ZH_WORDS = list("工作睡眠朋友家人考试压力担心疲惫孤单希望计划聊天感觉帮助")
 
 

@@ -29,11 +29,10 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from cer.reasoning import parse
-from cer.verdicts import Kind, Preference, parse_label
-from reward_server.judge import COMPONENTS, PREFERENCE, component_kind, render_history
-
+from cer.verdicts import Preference, parse_label
 from data_builder.records import GENERATION, JUDGE_ITEM, Record, read_jsonl, read_records, turns_of, write_jsonl
 from data_builder.stage import StageError, StageRun, add_common, limited
+from reward_server.judge import COMPONENTS, PREFERENCE, component_kind, render_history
 
 Label = bool | str
 LabelSet = dict[str, dict[str, Label]]  # task_id -> component -> label
@@ -141,9 +140,9 @@ def read_labels(path: Path) -> tuple[LabelSet, dict[str, dict[str, str]], int]:
             row: dict[str, Any] = {"task_id": task.get("data", {}).get("task_id")}
             for res in anns[-1].get("result", []):
                 val = res.get("value", {})
-                if "choices" in val and val["choices"]:
+                if val.get("choices"):
                     row[res.get("from_name")] = val["choices"][0]
-                elif "text" in val and val["text"]:
+                elif val.get("text"):
                     row[res.get("from_name")] = val["text"][0]
             rows.append(row)
     else:
@@ -286,5 +285,5 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     return 0
 
 
-__all__ = ["Kind", "agreement_report", "consensus", "export_tasks", "kappa", "label_studio_config", "make_task",
+__all__ = ["agreement_report", "consensus", "export_tasks", "kappa", "label_studio_config", "make_task",
            "merge", "read_labels", "task_id"]

@@ -25,19 +25,18 @@ import json
 import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cer.policy_prompt import policy_messages
 from cer.reasoning import parse
 from cer.taxonomy import Taxonomy, load_taxonomy
 from cer.verdicts import Preference, Verdict
-from reward_server.judge import COMPONENTS, PREFERENCE, Template, load_template, render_judge_chat
-from reward_server.types import JudgeMode
-
 from data_builder.records import JUDGE_ITEM, ROUND, Record, base_dialogue_id, read_records, turns_of
 from data_builder.stage import StageRun, add_common, limited, stable_unit
+from reward_server.judge import COMPONENTS, PREFERENCE, Template, load_template, render_judge_chat
+from reward_server.types import JudgeMode
 
 if TYPE_CHECKING:  # datasets is imported when used: it costs ~1.5 s, and the other stages never need it
     from datasets import Dataset, DatasetDict, Features

@@ -19,11 +19,10 @@ from typing import Any
 from cer.policy_prompt import policy_messages
 from cer.reasoning import PARTS, parse, render
 from cer.taxonomy import Taxonomy, load_taxonomy
-from reward_server.engines.base import GenParams
-
 from data_builder.llm import LLM, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import GENERATION, ROUND, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageRun, add_common, limited
+from reward_server.engines.base import GenParams
 
 
 def valid_cer(text: str) -> str | None:

@@ -34,7 +34,6 @@ from typing import Any
 
 from cer.dialogue import Role
 from cer.taxonomy import Taxonomy, load_taxonomy
-
 from data_builder.records import DIALOGUE, Record, detect_lang, write_jsonl
 from data_builder.stage import StageError, StageRun, add_common, progress
 
@@ -92,13 +91,13 @@ def iter_json_objects(path: Path) -> Iterator[tuple[int, Any]]:
         return
     decoder = json.JSONDecoder()
     idx = len(text) - len(stripped) + 1
-    line, counted_to = 1, 0
+    cur_line, counted_to = 1, 0
 
     def line_at(pos: int) -> int:
-        nonlocal line, counted_to
-        line += text.count("\n", counted_to, pos)
+        nonlocal cur_line, counted_to
+        cur_line += text.count("\n", counted_to, pos)
         counted_to = pos
-        return line
+        return cur_line
 
     n = len(text)
     while True:
@@ -223,9 +222,12 @@ class Converter:
 
     @staticmethod
     def _esconv_meta(obj: dict[str, Any]) -> dict[str, Any]:
-        survey = obj.get("survey_score") if isinstance(obj.get("survey_score"), dict) else {}
-        seeker = survey.get("seeker") if isinstance(survey.get("seeker"), dict) else {}
-        supporter = survey.get("supporter") if isinstance(survey.get("supporter"), dict) else {}
+        def obj_at(d: dict[str, Any], key: str) -> dict[str, Any]:
+            v = d.get(key)
+            return v if isinstance(v, dict) else {}
+
+        survey = obj_at(obj, "survey_score")
+        seeker, supporter = obj_at(survey, "seeker"), obj_at(survey, "supporter")
         meta: dict[str, Any] = {k: str(obj[k]).strip() for k in ("experience_type", "emotion_type", "problem_type",
                                                                     "situation") if obj.get(k) not in (None, "")}
         meta["initial_intensity"] = _intensity(seeker.get("initial_emotion_intensity"))

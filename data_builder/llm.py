@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from data_builder.stage import progress
 from reward_server.engines import BACKENDS, create_engine
 from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, Message
-
-from data_builder.stage import progress
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -33,12 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from reward_server.engines.base import GenParams, Message
-from reward_server.judge import render_history
-
 from data_builder.llm import LLM, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import DIALOGUE, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageError, StageRun, add_common, limited, stable_seed
+from reward_server.engines.base import GenParams, Message
+from reward_server.judge import render_history
 
 DISC_TRAITS = ("Dominance", "Influence", "Steadiness", "Compliance")
 _LEVELS = {"low": "low", "medium": "medium", "moderate": "medium", "mid": "medium", "high": "high",

@@ -44,7 +44,6 @@ import yaml
 
 from cer.reasoning import render
 from cer.taxonomy import Taxonomy, load_taxonomy
-
 from data_builder.records import JUDGE_ITEM, ROUND, Record, read_records, write_jsonl
 from data_builder.stage import StageRun, add_common, limited, stable_seed
 
@@ -102,12 +101,12 @@ def support_stage(strategy: str, round_index: int, num_rounds: int, cfg: SilverC
 def round_intensity(meta: dict[str, Any], round_index: int, num_rounds: int) -> int | None:
     """Survey intensity at this round: initial → final, linearly by position; None when neither was rated."""
     a, b = meta.get("initial_intensity"), meta.get("final_intensity")
-    if a is None and b is None:
-        return None
-    if a is None or b is None:
-        return int(a if a is not None else b)
+    if a is None:
+        return None if b is None else int(b)
+    if b is None:
+        return int(a)
     pos = (round_index - 1) / (num_rounds - 1) if num_rounds > 1 else 0.0
-    return int(round(a + (b - a) * pos))
+    return round(int(a) + (int(b) - int(a)) * pos)
 
 
 @dataclass

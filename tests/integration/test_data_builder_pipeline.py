@@ -36,7 +36,7 @@ def _counts(d: Path) -> dict:
 @pytest.mark.timeout(900)
 def test_all_stages_on_fixtures_with_the_default_model(tmp_path: Path) -> None:
     cache = ["--cache-dir", str(tmp_path / "llm-cache")]
-    o = lambda name: str(tmp_path / name)  # noqa: E731
+    o = lambda name: str(tmp_path / name)
     # 1. ingest, every format
     _run("ingest", "--format", "esconv", "--out", o("ing_esconv"), str(FIX / "esconv.json"))
     _run("ingest", "--format", "esconv-raw", "--out", o("ing_raw"), str(FIX / "esconv_raw.json"))

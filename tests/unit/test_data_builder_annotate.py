@@ -104,7 +104,7 @@ def test_import_needs_two_annotators(tmp_path: Path) -> None:
 def test_merge_and_report_direct() -> None:
     tasks = [{"task_id": "t1", "dialogue_id": "d", "history": [], "reference": "r", "candidate": "c"}]
     full = {"step1": True, "step2": True, "step3": True, "preference": "first"}
-    kept, dropped, counts = merge(tasks, [{"t1": full}, {"t1": {**full, "step3": False}}, {}], [{}, {}, {}])
+    kept, dropped, _ = merge(tasks, [{"t1": full}, {"t1": {**full, "step3": False}}, {}], [{}, {}, {}])
     assert not kept and dropped == [{"task_id": "t1", "no_agreement": ["step3"]}]
     rep = agreement_report({"t1": full}, {"t1": full})
     assert rep["step1"] == {"items": 1, "agreement": 1.0, "kappa": None}

@@ -52,14 +52,14 @@ def test_generic_jsonl_and_sio() -> None:
 
 
 def test_malformed_reported_with_file_and_line_then_skipped() -> None:
-    recs, rep = ingest_files([FIX / "esconv_malformed.json"], "esconv")
+    _, rep = ingest_files([FIX / "esconv_malformed.json"], "esconv")
     assert rep.read == 5 and rep.kept == 1 and rep.malformed == 4
     lines = [e.split(":")[1] for e in rep.errors]
     assert lines == ["109", "110", "111", "218"]
     assert all(e.startswith(str(FIX / "esconv_malformed.json")) for e in rep.errors)
     # dialogue text never appears in the report
     assert not any("refreshing" in e for e in rep.errors)
-    recs, rep = ingest_files([FIX / "dialogues_malformed.jsonl"], "jsonl")
+    _, rep = ingest_files([FIX / "dialogues_malformed.jsonl"], "jsonl")
     assert rep.kept == 1 and rep.malformed == 3
     assert [e.split(":")[1] for e in rep.errors] == ["2", "3", "4"]
 
@@ -86,5 +86,5 @@ def test_cli_manifest_strict_and_limit(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_duplicates_counted(tmp_path: Path) -> None:
-    recs, rep = ingest_files([FIX / "esconv.json", FIX / "esconv.json"], "esconv")
+    _, rep = ingest_files([FIX / "esconv.json", FIX / "esconv.json"], "esconv")
     assert rep.kept == 5 and rep.duplicates == 5

@@ -77,7 +77,7 @@ def test_filter_keeps_drops_and_records_failures(tmp_path: Path) -> None:
     assert main(args, llm_factory=_factory(eng, tmp_path / "cache")) == 0
     decisions = {d["id"]: d for d in read_jsonl(out / "decisions.jsonl")}
     assert sorted(d["reason"] for d in decisions.values()) == ["clean", "clean", "clean", "judge_failed", "machine_style"]
-    failed = [d for d in decisions.values() if d["status"] == "failed"][0]
+    failed = next(d for d in decisions.values() if d["status"] == "failed")
     assert failed["attempts"] == 2 and failed["decision"] is None
     m = json.loads((out / "manifest.json").read_text())["counts"]
     assert m["kept"] == 4 and m["dropped"] == 1 and m["share_removed"] == pytest.approx(0.2)

@@ -67,7 +67,7 @@ def test_seeded_and_order_independent() -> None:
     ds = [dlg(i) for i in range(6)]
     fwd, _ = sample_dialogues(ds, 3, seed=1)
     rev, _ = sample_dialogues(list(reversed(ds)), 3, seed=1)
-    key = lambda rs: sorted((r["dialogue_id"], r["round_index"]) for r in rs)  # noqa: E731
+    key = lambda rs: sorted((r["dialogue_id"], r["round_index"]) for r in rs)
     assert key(fwd) == key(rev)
     per = [r["round_index"] for r in fwd if r["dialogue_id"] == "d0"]
     assert per == sorted(per) and len(per) == 3
