@@ -1,0 +1,48 @@
+"""GRPO end to end on CPU: the real reward server process (default judge, shared session fixture) and two GRPO
+steps of the SmolLM2-135M policy with LoRA through ``compeer-train grpo``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from policy_trainer import cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REWARD_KEYS = ("compeer/reward_call_latency_s", "compeer/parse_failure_rate", "compeer/timeout_rate",
+               "compeer/unscored_rate", "compeer/reward_call_failures", "frac_reward_zero_std", "step_time")
+SCORED_KEYS = ("compeer/step_reward_mean", "compeer/preference_reward_mean", "compeer/format_reward_mean",
+               "compeer/reward_raw_mean", "compeer/reward_reweighted_mean", "compeer/s_in_mean",
+               "compeer/s_hi_mean", "compeer/tau_mean")
+
+
+def test_two_grpo_steps_move_lora_and_log_reward_metrics(reward_server, tmp_path: Path) -> None:  # noqa: ANN001
+    out = tmp_path / "grpo"
+    rc = cli.main(["grpo", "--config", "cpu-smoke", "--out", str(out), "--max-steps", "2",
+                   "--reward-server", reward_server.grpc_address, "--set", "max_prompts=4"])
+    assert rc == 0, reward_server.log()[-4000:]
+
+    # PEFT initialises every lora_B to zero, so a non-zero lora_B means the GRPO updates reached the adapter.
+    lora = load_file(str(out / "final" / "adapter_model.safetensors"))
+    lora_b = {k: v for k, v in lora.items() if "lora_B" in k}
+    assert lora_b, "the final adapter holds LoRA weights"
+    assert any(float(v.abs().max()) > 0 for v in lora_b.values()), "LoRA parameters did not change"
+    assert (out / "checkpoint-2" / "adapter_model.safetensors").exists()
+
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        for key in REWARD_KEYS:
+            assert key in row, key
+        assert row["compeer/reward_call_failures"] == 0.0, "the live server answered every call"
+    scored = [r for r in rows if r.get("compeer/reward_raw_mean") is not None]
+    assert scored, "the judge scored at least one completion"
+    for key in SCORED_KEYS:
+        assert key in scored[0], key
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0.0 < summary["reward_wait_share"] < 1.0
+    assert (out / "plots" / "reward_components.png").exists()
