@@ -31,7 +31,7 @@ from xml.sax.saxutils import escape
 from cer.reasoning import parse
 from cer.verdicts import Preference, parse_label
 from data_builder.records import GENERATION, JUDGE_ITEM, Record, read_jsonl, read_records, turns_of, write_jsonl
-from data_builder.stage import StageError, StageRun, add_common, limited
+from data_builder.stage import StageError, StageRun, add_common, limited, progress
 from reward_server.judge import COMPONENTS, PREFERENCE, component_kind, render_history
 
 Label = bool | str
@@ -81,7 +81,7 @@ def label_studio_config() -> str:
 def export_tasks(records: list[Record], out: Path, st: StageRun) -> dict[str, int]:
     """Write tasks.jsonl, tasks.csv, label_studio_tasks.json and label_studio_config.xml; returns counts."""
     tasks, skipped = [], 0
-    for r in records:
+    for r in progress(records, "annotate export"):
         if not r.get("candidate"):
             skipped += 1
             continue

@@ -2,7 +2,7 @@
 
 Stages: ingest, filter, sample, generate, silver, annotate (export | import), persona, emit; plus
 ``summary DIR...``, which prints the counts of several stage folders as one table. Exit status: 0 on
-success, 2 on a usage or input error (the message says which file and line).
+success, 2 on a usage or input error (the message says which file and line) or when the engine cannot start.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from data_builder import annotate, emit, generate, ingest, llm_filter, persona, sample, silver
 from data_builder.stage import MANIFEST, StageError, read_manifest, summary_table
+from reward_server.engines.base import EngineError
 
 STAGES = (ingest, llm_filter, sample, generate, silver, annotate, persona, emit)
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None, llm_factory: Callable[..., Any] | None =
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.run(args, argv=argv, llm_factory=llm_factory))
-    except (StageError, ValueError, FileNotFoundError) as exc:
+    except (StageError, ValueError, FileNotFoundError, EngineError) as exc:
         print(f"compeer-data {args.stage}: error: {exc}", file=sys.stderr)
         return 2
 

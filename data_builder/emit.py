@@ -34,7 +34,7 @@ from cer.reasoning import parse
 from cer.taxonomy import Taxonomy, load_taxonomy
 from cer.verdicts import Preference, Verdict
 from data_builder.records import JUDGE_ITEM, ROUND, Record, base_dialogue_id, read_records, turns_of
-from data_builder.stage import StageRun, add_common, limited, stable_unit
+from data_builder.stage import StageRun, add_common, limited, progress, stable_unit
 from reward_server.judge import COMPONENTS, PREFERENCE, Template, load_template, render_judge_chat
 from reward_server.types import JudgeMode
 
@@ -142,7 +142,7 @@ def build_judge_sft(items: Sequence[Record], modes: Sequence[str] = SFT_MODES, h
     for mode in modes:
         JudgeMode(mode)
         split_rows: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
-        for it in items:
+        for it in progress(items, f"emit judge_sft/{mode}"):
             row = judge_row(it, mode, template, taxonomy)
             if row is not None:
                 split_rows["heldout" if base_dialogue_id(it["dialogue_id"]) in held else "train"].append(row)

@@ -312,7 +312,7 @@ def ingest_files(paths: list[Path], fmt: str, taxonomy: Taxonomy | None = None, 
     for path in paths:
         if not path.is_file():
             raise StageError(f"{path}: no such file")
-        for lineno, obj in iter_json_objects(path):
+        for lineno, obj in progress(iter_json_objects(path), f"ingest {path.name}"):
             if limit is not None and report.read >= limit:
                 return out, report
             report.read += 1
@@ -361,7 +361,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     records, report = ingest_files([Path(p) for p in args.inputs], args.format, load_taxonomy(args.taxonomy),
                                    strict=args.strict, limit=args.limit)
     report.kept = len(records)
-    write_jsonl(st.path("dialogues.jsonl"), progress(records, "ingest: writing"))
+    write_jsonl(st.path("dialogues.jsonl"), records)
     write_jsonl(st.path("malformed.jsonl"), ({"error": e} for e in report.errors))
     st.counts = report.as_counts()
     st.finish(quiet=args.quiet)

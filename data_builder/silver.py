@@ -45,7 +45,7 @@ import yaml
 from cer.reasoning import render
 from cer.taxonomy import Taxonomy, load_taxonomy
 from data_builder.records import JUDGE_ITEM, ROUND, Record, read_records, write_jsonl
-from data_builder.stage import StageRun, add_common, limited, stable_seed
+from data_builder.stage import StageRun, add_common, limited, progress, stable_seed
 
 SOURCE_OF_ORIGIN = {"original": "silver", "persona": "persona", "rewrite": "rewrite"}
 ORIENTATIONS = ("real_first", "real_second", "neither")
@@ -145,7 +145,7 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
     counts: Counter[str] = Counter()
     rng = random.Random(stable_seed("silver", seed))
     usable: list[tuple[Record, Facts, str | None]] = []
-    for r in rounds:
+    for r in progress(rounds, "silver"):
         counts["rounds"] += 1
         meta = r.get("meta", {})
         strategy = r.get("strategy")
