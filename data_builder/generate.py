@@ -24,6 +24,10 @@ from data_builder.records import GENERATION, ROUND, Record, read_records, turns_
 from data_builder.stage import StageRun, add_common, limited
 from reward_server.engines.base import GenParams
 
+#: Structured-output pattern of a CER output; sent with ``--constrain`` (engines without regex support ignore it).
+CER_REGEX = (r"<analysis>[^<>]{1,600}</analysis>\n<emotion>[^<>]{1,300}</emotion>\n"
+             r"<strategy>[^<>]{1,400}</strategy>\n<response>[^<>]{1,800}</response>")
+
 
 def valid_cer(text: str) -> str | None:
     """The canonical CER text when ``text`` has all four parts well formed, else None."""
@@ -42,9 +46,9 @@ def named_strategy(step3: str, taxonomy: Taxonomy) -> str | None:
 
 
 async def generate_rounds(llm: LLM, rounds: list[Record], taxonomy: Taxonomy, max_tokens: int,
-                          temperature: float, concurrency: int) -> list[Record]:
+                          temperature: float, concurrency: int, constrain: bool = False) -> list[Record]:
     """One generation record per round; ``status`` is ``ok`` (with ``candidate``) or ``failed``."""
-    params = GenParams(max_tokens=max_tokens, temperature=temperature)
+    params = GenParams(max_tokens=max_tokens, temperature=temperature, regex=CER_REGEX if constrain else None)
 
     async def one(r: Record) -> Record:
         c = await llm.complete(policy_messages(turns_of(r["history"]), taxonomy), params, valid_cer,
@@ -72,6 +76,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=320, help="generation budget per round")
     p.add_argument("--temperature", type=float, default=0.0, help="first-attempt temperature (retries go higher)")
     p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
+    p.add_argument("--constrain", action="store_true",
+                   help="send CER_REGEX as a structured-output constraint (vllm, or openai with regex support); "
+                        "the output is still parsed and retried like any other")
     p.set_defaults(run=run)
 
 
@@ -80,11 +87,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, llm_factory: An
     settings = settings_from_args(args)
     st = StageRun("generate", args.out, argv, list(args.inputs),
                   params={"backend": settings.backend, "model": settings.model, "max_tokens": args.max_tokens,
-                          "temperature": args.temperature, "max_retries": settings.max_retries, "limit": args.limit})
+                          "temperature": args.temperature, "max_retries": settings.max_retries, "limit": args.limit,
+                          "constrain": args.constrain})
     rounds = limited(read_records([Path(p) for p in args.inputs], (ROUND,)), args.limit)
     llm = (llm_factory or default_llm_factory)(settings)
     gens = asyncio.run(generate_rounds(llm, rounds, load_taxonomy(args.taxonomy), args.max_tokens, args.temperature,
-                                       settings.concurrency))
+                                       settings.concurrency, args.constrain))
     ok = [g for g in gens if g["status"] == "ok"]
     failed = [g for g in gens if g["status"] != "ok"]
     write_jsonl(st.path("generations.jsonl"), ok)

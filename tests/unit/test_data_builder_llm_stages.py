@@ -160,3 +160,18 @@ def test_llm_cache_key_and_failure_never_invented(tmp_path: Path) -> None:
     assert eng.calls[1].params.seed != eng.calls[0].params.seed and eng.calls[1].params.temperature > 0
     assert len(list(tmp_path.rglob("*.json"))) == 2
     assert np.isclose(llm.stats.failed, 1)
+
+
+def test_generate_constrain_sends_the_cer_regex(tmp_path: Path) -> None:
+    import re
+
+    from cer.reasoning import render
+    from data_builder.generate import CER_REGEX
+
+    assert re.fullmatch(CER_REGEX, render({"analysis": "a", "emotion": "b", "strategy": "c", "response": "d"}))
+    dl = _ingest(tmp_path)
+    assert main(["sample", "--quiet", "--rounds", "1", "--limit", "1", "--out", str(tmp_path / "s"), str(dl)]) == 0
+    eng = FakeEngine(lambda m, p: GOOD_CER, supports_regex=True)
+    assert main(["generate", "--quiet", "--constrain", "--out", str(tmp_path / "g"), str(tmp_path / "s" / "rounds.jsonl")],
+                llm_factory=_factory(eng, tmp_path / "cache")) == 0
+    assert eng.calls and all(c.params.regex == CER_REGEX for c in eng.calls)
