@@ -81,7 +81,7 @@ def iter_json_objects(path: Path) -> Iterator[tuple[int, Any]]:
     text = path.read_text(encoding="utf-8-sig")
     stripped = text.lstrip()
     if not stripped.startswith("["):
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 etc. may occur in text
             if not line.strip():
                 continue
             try:

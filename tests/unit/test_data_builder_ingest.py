@@ -88,3 +88,27 @@ def test_cli_manifest_strict_and_limit(tmp_path: Path, capsys: pytest.CaptureFix
 def test_duplicates_counted(tmp_path: Path) -> None:
     _, rep = ingest_files([FIX / "esconv.json", FIX / "esconv.json"], "esconv")
     assert rep.kept == 5 and rep.duplicates == 5
+
+
+def test_jsonl_round_trip_property(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
+        lambda s: s.strip() != "")
+    turns = st.lists(st.tuples(st.sampled_from(["seeker", "supporter"]), text), min_size=2, max_size=8).filter(
+        lambda ts: {r for r, _ in ts} == {"seeker", "supporter"})
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(dialogues=st.lists(turns, min_size=1, max_size=4))
+    def check(dialogues: list[list[tuple[str, str]]]) -> None:
+        path = tmp_path_factory.mktemp("prop") / "d.jsonl"
+        lines = [json.dumps({"id": f"x{i}", "turns": [{"role": r, "text": t} for r, t in d]}, ensure_ascii=False)
+                 for i, d in enumerate(dialogues)]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        recs, rep = ingest_files([path], "jsonl")
+        assert rep.malformed == 0 and rep.kept == len(dialogues)
+        for rec, d in zip(recs, dialogues):
+            assert [(t["role"], t["text"]) for t in rec["turns"]] == [(r, t.strip()) for r, t in d]
+
+    check()
