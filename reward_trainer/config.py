@@ -67,7 +67,7 @@ class JudgeSFTConfig(SFTConfig):
         default=1.0,
         metadata={"help": "Repeat training conversations that hold at least one False step verdict this many "
                           "times (fractions add a seeded random extra copy); 1.0 = no oversampling. Counters the "
-                          "~23%% False share so the judge learns to say False."},
+                          "~23%% False share so the judge learns to say False. Not applied to the orm variant."},
     )
     max_train_rows: int | None = field(
         default=None,

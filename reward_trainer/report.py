@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,15 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
             lines.append(table_row(variant, name, base))
     inc = metrics.get("inconsistency", {})
     if inc:
+        auditors = {json.dumps(s.get("auditor", {}), sort_keys=True) for s in inc.values()}
         lines += ["", "## Process/outcome inconsistency (Fig. 5a)", "", f"Rule: {RULE}", "",
+                  (f"Auditor: {', '.join(sorted(auditors))}. Ratio = contradicting / audited items (same candidates "
+                  "for both setups); unparsed auditor answers are excluded and counted."), "",
                   "| Judge | Setup | items | audited | unparsed | auditor ratio | rule ratio | agreement |",
                   "|---|---|---|---|---|---|---|---|"]
         for judge, setups in inc.items():
             for setup, r in setups.items():
-                if not isinstance(r, dict):
+                if setup == "auditor":
                     continue
                 lines.append(f"| {judge} | {setup} | {r['n_items']} | {r['n_audited']} | {r['n_unparsed']} | "
                              f"{_pct(r['ratio'])} | {_pct(r['rule_ratio'])} | {_pct(r['agreement_with_rule'])} |")

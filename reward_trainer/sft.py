@@ -82,8 +82,10 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     tokenizer = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    # oversampling False steps only matters to judges that decide steps (the ORM judge sees none)
+    false_factor = config.false_oversample if config.variant != "orm" else 1.0
     train_ds = build_train_dataset(sets[TRAIN_SPLIT], tokenizer, max_rows=config.max_train_rows,
-                                   false_factor=config.false_oversample, seed=config.seed)
+                                   false_factor=false_factor, seed=config.seed)
     model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype, local_files_only=True)
 
     trainer = SFTTrainer(model=model, args=config, train_dataset=train_ds, processing_class=tokenizer,
@@ -111,7 +113,7 @@ def train(config: JudgeSFTConfig) -> TrainResult:
         "last_logged_loss": losses[-1] if losses else None,
         "lora": {"r": config.lora_r, "alpha": config.lora_alpha, "dropout": config.lora_dropout,
                  "target_modules": list(config.lora_target_modules)},
-        "false_oversample": config.false_oversample,
+        "false_oversample": false_factor,
         "seconds": round(result.seconds, 1),
     }
     (out_dir / ADAPTER_STAMP).write_text(json.dumps(stamp, indent=2), encoding="utf-8")
