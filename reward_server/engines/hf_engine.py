@@ -19,8 +19,16 @@ Batching rules (what a caller can rely on):
 * ``GenParams.regex`` is ignored (``supports_regex = False``): structured outputs are a vLLM feature, so the
   judge relies on parse + retry with this backend.
 
-Options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into the
-base for speed).
+Speed on GPU: ``static_cache`` (``EngineConfig.extra``; "auto" = on for CUDA, off on CPU) makes transformers use
+its static KV cache, which it auto-compiles with ``torch.compile``; every batch is then filled to ``max_batch`` rows
+(filler rows are marked finished from the first step) so the compiled decode graph keeps one batch shape. ``start`` warms up twice so the
+compiles (about a minute for SmolLM2-135M on an H200) happen before serving. Measured on an H200 with a random-init
+SmolLM2-135M, bf16, 64 requests of ~180 prompt + 96 new tokens: plain per-request ``model.generate`` 57 tok/s;
+this engine with the dynamic cache ~2,400 tok/s; with the static cache ~11,000 tok/s. Set ``static_cache`` to
+"false" if compilation fails for a model (start then raises).
+
+Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
+the base for speed). ``output_tokens`` counts the EOS token when generation stopped on it (as vLLM does).
 """
 
 from __future__ import annotations
@@ -108,6 +116,7 @@ class TransformersEngine(Engine):
         self._eos_ids: list[int] = []
         self._started = False
         self._stopping = False
+        self._static_cache = False
         self.stats = BatchStats()
 
     # ------------------------------------------------------------------ lifecycle
@@ -120,13 +129,15 @@ class TransformersEngine(Engine):
         if self.config.max_batch < 1 or self.config.max_wait_ms < 0:
             raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
         await asyncio.to_thread(self._load)
-        # warm-up: first-call kernels and allocations, at the full batch size on GPU (a first large batch is
-        # otherwise several seconds slower); small on CPU where it would only cost start time
+        # warm-up: first-call kernels and allocations at the full batch size on GPU (a first large batch is
+        # otherwise several seconds slower). With the static cache, the second call (other prompt and cache
+        # lengths) makes torch.compile build its length-dynamic decode graph now rather than on a live batch.
         loop = asyncio.get_running_loop()
-        rows = self.config.max_batch if self._device.startswith("cuda") else 1
-        probes = [_Request([{"role": "user", "content": f"Hi {i}"}], GenParams(max_tokens=2), "warmup",
-                           loop.create_future()) for i in range(rows)]
-        await asyncio.to_thread(self._generate_batch, probes)
+        on_gpu = self._device.startswith("cuda")
+        for words, new in ([(1, 2), (48, 8)] if self._static_cache and on_gpu else [(1, 2)]):
+            probes = [_Request([{"role": "user", "content": " ".join(["Hi"] * words)}], GenParams(max_tokens=new),
+                               "warmup", loop.create_future()) for _ in range(self.config.max_batch if on_gpu else 1)]
+            await asyncio.to_thread(self._generate_batch, probes)
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._worker = asyncio.create_task(self._run(), name="transformers-engine-worker")
@@ -145,7 +156,7 @@ class TransformersEngine(Engine):
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(self.config.model_path, dtype=dtype, local_files_only=True)
+        model: Any = AutoModelForCausalLM.from_pretrained(self.config.model_path, dtype=dtype, local_files_only=True)
         if self.config.adapter:
             from peft import PeftModel
 
@@ -161,6 +172,8 @@ class TransformersEngine(Engine):
         if not eos_ids:
             raise EngineError("transformers engine: the model defines no EOS token")
         self._model, self._tokenizer, self._device, self._eos_ids = model, tok, device, eos_ids
+        static = self.config.extra.get("static_cache", "auto").lower()
+        self._static_cache = device.startswith("cuda") if static == "auto" else static == "true"
 
     async def stop(self) -> None:
         """Stop the worker, fail queued and running requests with :class:`EngineError`, free the model."""
@@ -324,6 +337,12 @@ class TransformersEngine(Engine):
             ids.append(prompt)
             limits.append(min(req.params.max_tokens, room))
         if rows:
+            dummies = 0
+            if self._static_cache and len(ids) < self.config.max_batch:
+                # one batch shape for the compiled decode graph: fill with copies of the shortest prompt, rows
+                # that the stopping criterion ends at once (a new batch size would cost a long recompile)
+                dummies = self.config.max_batch - len(ids)
+                ids = ids + [min(ids, key=len)] * dummies
             padded = tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
             input_ids = padded["input_ids"].to(self._device)
             attention_mask = padded["attention_mask"].to(self._device)
@@ -340,8 +359,10 @@ class TransformersEngine(Engine):
                 num_beams=1,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=self._eos_ids,
+                cache_implementation="static" if self._static_cache else None,
             )
-            stop = _RowStop([batch[i] for i in rows], limits, prompt_len, self._device, lambda: self._stopping)
+            stop = _RowStop([batch[i] for i in rows], limits + [1] * dummies, prompt_len, self._device,
+                            lambda: self._stopping, dummies)
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
                     torch.manual_seed(params.seed)
@@ -374,7 +395,7 @@ class _RowStop:
     """
 
     def __init__(self, requests: list[_Request], limits: list[int], prompt_len: int, device: str,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], dummies: int = 0) -> None:
         import torch
 
         self._requests = requests
@@ -382,8 +403,11 @@ class _RowStop:
         self._prompt_len = prompt_len
         self._device = device
         self._stopping = stopping
+        self._dummies = [True] * dummies  # filler rows (static cache): done from the first step
         self._seen_cancelled = 0
         self._cancel_mask: torch.Tensor | None = None
+        if dummies:
+            self._cancel_mask = torch.tensor([False] * len(requests) + self._dummies, device=device)
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
         import torch
@@ -395,7 +419,7 @@ class _RowStop:
         count = sum(cancelled)
         if count != self._seen_cancelled:
             self._seen_cancelled = count
-            self._cancel_mask = torch.tensor(cancelled, device=self._device)
+            self._cancel_mask = torch.tensor(cancelled + self._dummies, device=self._device)
         if self._cancel_mask is not None:
             done = done | self._cancel_mask
         return done

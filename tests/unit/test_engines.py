@@ -143,6 +143,24 @@ async def test_cancelling_a_running_request_stops_its_row(hf_engine: Transformer
 
 
 @needs_model
+async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngine) -> None:
+    # the GPU default (compiled decode needs one batch shape); on CPU it runs eagerly, so this checks the padding
+    static = TransformersEngine(_hf_config(max_batch=4, extra={"static_cache": "true"}))
+    await static.start()
+    try:
+        chats = [_chat(5), [{"role": "user", "content": "Say hello to my friend Ann, please."}]]
+        got = await asyncio.gather(*(static.generate(c, GenParams(max_tokens=3 + i), f"p{i}")
+                                     for i, c in enumerate(chats)))
+    finally:
+        await static.stop()
+    assert static.stats.batch_sizes[-1] == 2  # two real requests, two filler rows never resolved
+    want = await asyncio.gather(*(hf_engine.generate(c, GenParams(max_tokens=3 + i), f"d{i}")
+                                  for i, c in enumerate(chats)))
+    assert [r.text for r in got] == [r.text for r in want]
+    assert [r.output_tokens for r in got] == [r.output_tokens for r in want]
+
+
+@needs_model
 async def test_stop_fails_running_and_queued_requests() -> None:
     engine = TransformersEngine(_hf_config(max_batch=1))
     await engine.start()
