@@ -12,8 +12,9 @@ dialogue's language):
 - step 3 (strategy): the gold strategy of the reference reply with its taxonomy description.
 
 Then exactly ``round(false_share * 3 * items)`` step slots (default 23%, the paper's share) are corrupted,
-chosen at random (seeded): step 1 gets another dialogue's problem or a wrong stage, step 2 an emotion of
-another family or a positive one, step 3 another strategy. Corrupted steps are labelled False, the others
+chosen at random (seeded): step 1 gets another dialogue's problem (same language) or a wrong stage, step 2
+an emotion of another family or a positive one (only a positive one when the corpus emotion is not in the
+tables), step 3 another strategy. Corrupted steps are labelled False, the others
 True; a constructed rationale says what is right or wrong.
 
 Preference rule (the reply the judge sees first is the record's ``reference``, the candidate's ``<response>``
@@ -178,7 +179,11 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
         else:
             counts["skipped_no_mismatch_pool"] += 1
     usable = with_pool
-    problems = sorted({f.problem for _, f, _ in usable})
+    problems: dict[str, list[str]] = {}
+    for r, f, _ in usable:
+        problems.setdefault(r.get("lang", "en"), [])
+        if f.problem not in problems[r.get("lang", "en")]:
+            problems[r.get("lang", "en")].append(f.problem)
     slots = [(i, s) for i in range(len(usable)) for s in range(3)]
     rng.shuffle(slots)
     corrupt = set(slots[: round(false_share * len(slots))])
@@ -192,7 +197,7 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
         corrupted: dict[str, str] = {}
         # step 1
         if (i, 0) in corrupt:
-            wrong_problems = [p for p in problems if p != facts.problem]
+            wrong_problems = sorted(p for p in problems.get(lang, []) if p != facts.problem)
             if wrong_problems and rng.random() < 0.5:
                 shown.problem, shown.situation = rng.choice(wrong_problems), ""
                 corrupted["step1"] = "wrong_problem"
@@ -207,8 +212,10 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
         # step 2
         if (i, 1) in corrupt:
             if fam == "positive":
-                choices = [e for f2, es in cfg.families.items() for e in es]
+                choices = [e for es in cfg.families.values() for e in es]
                 shown.sentiment = "negative"
+            elif fam is None:  # an emotion the tables do not know: only a positive one is surely wrong
+                choices = list(cfg.positive)
             else:
                 choices = [e for f2, es in cfg.families.items() if f2 != fam for e in es] + cfg.positive
             en, zh = rng.choice(choices)

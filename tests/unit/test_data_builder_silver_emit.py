@@ -150,3 +150,19 @@ def test_ablation_sets_equal_size(rounds: list[dict]) -> None:
     assert not {d.split("#")[0] for d in sets["P"]["prm"]["train"]["dialogue_id"]} & heldout_bases
     with pytest.raises(ValueError):
         make_ablation_sets(items, rw[:1], pe, n_extra=5)
+
+
+def test_corruptions_stay_in_language_and_unknown_emotions_go_positive(rounds: list[dict]) -> None:
+    odd = [{**r, "meta": {**r["meta"], "emotion_type": "wistful"}} for r in rounds]
+    items, _ = build_silver(odd, load_taxonomy(), load_config(), false_share=1.0, seed=2)
+    cfg = load_config()
+    positives = {n for pair in cfg.positive for n in pair}
+    for it in items:
+        emo = parse(it["candidate"]).parts["emotion"]
+        assert any(p in emo for p in positives)
+        if it["construction"]["corrupted"]["step1"] == "wrong_problem":
+            analysis = parse(it["candidate"]).parts["analysis"]
+            same_lang = {r["meta"]["problem_type"] for r in rounds if r["lang"] == it["lang"]}
+            assert any(p in analysis for p in same_lang)
+            if it["lang"] == "en":
+                assert not any("\u4e00" <= ch <= "\u9fff" for ch in analysis)
