@@ -103,6 +103,8 @@ class LLM:
             cfg = self._engine.config
             return (cfg.model_id or cfg.model_path or self._engine.name, cfg.revision or "")
         if self.settings.backend == "openai":
+            if self.settings.model == "default":
+                raise ValueError("--backend openai needs --model <the served model name> (and --base-url)")
             return (self.settings.model, f"openai:{self.settings.base_url or ''}")
         from reward_server.model_store import resolve_model
 
