@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         ("reweight us/group", figures["reweight_us_per_group"], "Eq.5-7 alone"),
         ("RPC ms/group, cold (judge runs)", figures["rpc_ms_per_group_cold_judge"], ""),
         ("RPC ms/group, cached (floor)", figures["rpc_ms_per_group_cached_p50"], "transport + core + similarity"),
-        ("own / RPC cold", figures["own_over_rpc_cold"], "goal: << 1"),
-        ("own / RPC cached", figures["own_over_rpc_cached"], ""),
+        ("own / RPC cold", f"{figures['own_over_rpc_cold']:.2e}", "goal: << 1"),
+        ("own / RPC cached", f"{figures['own_over_rpc_cached']:.2e}", ""),
     ])
     return 0
 
