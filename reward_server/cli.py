@@ -55,6 +55,8 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--default-timeout-s", type=float, default=300.0, help="per-request limit without a deadline")
     s.add_argument("--max-model-len", type=int, default=4096)
     s.add_argument("--gpu-memory-utilization", type=float, default=0.3)
+    s.add_argument("--kv-cache-gib", type=float, default=None,
+                   help="vllm KV cache size (default: 2 GiB on CPU; on GPU --gpu-memory-utilization decides)")
     s.add_argument("--device", default="auto", help="transformers backend: auto | cpu | cuda")
     s.add_argument("--max-batch", type=int, default=32, help="transformers backend micro-batch size")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="transformers backend micro-batch wait")
@@ -77,7 +79,7 @@ def make_parser() -> argparse.ArgumentParser:
 def config_from_args(a: argparse.Namespace) -> ServerConfig:
     engine = EngineConfig(
         backend=a.backend, adapter=a.adapter, seed=a.seed, max_model_len=a.max_model_len, device=a.device,
-        gpu_memory_utilization=a.gpu_memory_utilization, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms,
+        gpu_memory_utilization=a.gpu_memory_utilization, kv_cache_gib=a.kv_cache_gib, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms,
         base_url=a.openai_base_url, api_key=a.openai_api_key, openai_model=a.openai_model,
         openai_regex=a.openai_regex)
     judge = JudgeSettings(max_tokens_per_component=a.max_tokens_per_component, temperature=a.temperature,

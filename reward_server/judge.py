@@ -151,7 +151,7 @@ class JudgeSettings:
     seed: int | None = None
     max_retries: int = 2
     retry_temperature: float = 0.7
-    rationale_max_chars: int = 160
+    rationale_max_chars: int = 100
     constrain: bool = True
 
 

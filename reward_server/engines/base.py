@@ -51,6 +51,7 @@ class EngineConfig:
     device: str = "auto"
     # vllm
     gpu_memory_utilization: float = 0.3
+    kv_cache_gib: float | None = None  # vllm: KV cache size; None = 2 GiB on CPU, gpu_memory_utilization on GPU
     enable_prefix_caching: bool = True
     max_lora_rank: int = 64
     # transformers micro-batching

@@ -41,11 +41,12 @@ class VllmEngine(Engine):
 
         c = self.config
         self._on_cpu = bool(current_platform.is_cpu())
+        kv_gib = c.kv_cache_gib if c.kv_cache_gib is not None else (2.0 if self._on_cpu else None)
         args = AsyncEngineArgs(
             model=c.model_path, tokenizer=c.model_path, seed=c.seed, max_model_len=c.max_model_len,
             enable_prefix_caching=c.enable_prefix_caching, gpu_memory_utilization=c.gpu_memory_utilization,
             dtype=c.dtype, enable_lora=c.adapter is not None, max_lora_rank=c.max_lora_rank,
-            disable_log_stats=True,
+            disable_log_stats=True, kv_cache_memory_bytes=None if kv_gib is None else int(kv_gib * (1 << 30)),
         )
         self._llm = AsyncLLM.from_engine_args(args)
         self._tokenizer = self._llm.get_tokenizer()
