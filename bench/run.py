@@ -1,0 +1,31 @@
+"""``make bench``: run every benchmark, one after another (each starts what it measures), and list the files.
+
+    python -m bench.run [NAME ...]     # default: all; names: judge_throughput, reward_fn_overhead, data_builder_ingest
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = ("judge_throughput", "reward_fn_overhead", "data_builder_ingest")
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = (sys.argv[1:] if argv is None else argv) or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    failed = []
+    for name in names:
+        print(f"\n=== bench.{name} ===", flush=True)
+        code = importlib.import_module(f"bench.{name}").main([])
+        if code:
+            failed.append(name)
+    print(f"\nresults in bench/results/; failed: {failed or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
