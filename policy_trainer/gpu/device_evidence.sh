@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there).
-# Three consecutive calls of the `run` tool, each carrying one staging folder (see docs/policy_trainer.md):
-#   install  (carry .gpu-policy/c1: wheels + first part of the xz'd default GGUF)
-#   model    (carry .gpu-policy/c2: second GGUF part) -> /tmp/smollm2, a bf16 HF folder
-#   run      (carry .gpu-policy/c3 + compeer: fp16 all-MiniLM-L6-v2) -> reward server (transformers backend)
-#            + SFT warm-up + GRPO, results copied to $OUT
+# GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there; 64 MiB per call).
+# Two consecutive calls of the `run` tool (the second within the machine's 30 s warm window):
+#   install  carry .gpu-policy/c1: wheels + the first part of the xz'd default GGUF (SmolLM2-135M-Instruct Q4_1)
+#   run      carry .gpu-policy/c2 + compeer: the second GGUF part and all-MiniLM-L6-v2 stored as int8 rows
+#            -> /tmp/smollm2 (bf16 HF folder), MiniLM dequantised to fp32, reward server (transformers backend,
+#            cuda) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and logs copied to $OUT
 set -uo pipefail
 S=/tmp/cp-stage
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-case "${1:?install|model|run}" in
+case "${1:?install|run}" in
 install)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu-policy/c1/whl/*.whl || exit 1
@@ -17,11 +17,12 @@ install)
   nvidia-smi -L
   python3 -c 'import torch, transformers, peft, trl, datasets, grpc, google.protobuf as pb; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__)'
   ;;
-model)
+run)
+  T0=$(date +%s)
   cp .gpu-policy/c2/gguf.part-* "$S"/
   cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || exit 1
   sha256sum "$S"/SmolLM2-135M-Instruct.Q4_1.gguf
-  python3 - <<'PY'
+  python3 - <<'PY' || exit 1
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 d, f = "/tmp/cp-stage", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,11 +33,19 @@ m.save_pretrained("/tmp/smollm2")
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained("/tmp/smollm2")
 print("converted to /tmp/smollm2")
 PY
-  ;;
-run)
-  tar -xJf .gpu-policy/c3/minilm.tar.xz -C "$S" || exit 1
+  tar -xJf .gpu-policy/c2/minilm-q8.tar.xz -C "$S" || exit 1
+  python3 - <<'PY' || exit 1
+import os, torch
+from safetensors.torch import load_file, save_file
+d = "/tmp/cp-stage/minilm-q8"
+q = load_file(os.path.join(d, "model.q8.safetensors"))
+out = {k: v for k, v in q.items() if not k.endswith((".q8", ".scale"))}
+out.update({k[:-3]: (v.float() * q[k[:-3] + ".scale"]).contiguous() for k, v in q.items() if k.endswith(".q8")})
+save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+print("MiniLM dequantised:", len(out), "tensors")
+PY
   python3 -m reward_server.cli serve --backend transformers --model /tmp/smollm2 --device cuda \
-    --embedding-model "$S"/minilm --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000 \
+    --embedding-model "$S"/minilm-q8 --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000 \
     > "$OUT"/server.log 2>&1 &
   SERVER=$!
   python3 - <<'PY' || { kill "$SERVER"; exit 1; }
@@ -52,7 +61,9 @@ while time.time() - t0 < 240:
 else:
     raise SystemExit("reward server not ready after 240 s")
 PY
-  timeout "${TRAIN_BUDGET_S:-430}" python3 -m policy_trainer.cli grpo --config gpu-paper \
+  BUDGET=$(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) ))
+  echo "training budget ${BUDGET} s"
+  timeout "$BUDGET" python3 -m policy_trainer.cli grpo --config gpu-paper \
     --policy-model /tmp/smollm2 --reward-server 127.0.0.1:50051 --out /tmp/run --max-steps "${STEPS:-24}" \
     --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \
     --set sft_warmup_steps=40 --set save_steps=12 --set disable_tqdm=true > "$OUT"/train.log 2>&1
