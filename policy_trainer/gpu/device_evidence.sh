@@ -66,7 +66,7 @@ PY
   timeout "$BUDGET" python3 -m policy_trainer.cli grpo --config gpu-paper \
     --policy-model /tmp/smollm2 --reward-server 127.0.0.1:50051 --out /tmp/run --max-steps "${STEPS:-24}" \
     --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \
-    --set sft_warmup_steps=40 --set save_steps=12 --set disable_tqdm=true > "$OUT"/train.log 2>&1
+    --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true > "$OUT"/train.log 2>&1
   echo "train exit $?"
   cp /tmp/run/metrics.jsonl "$OUT"/ 2>/dev/null
   cp /tmp/run/summary.json "$OUT"/ 2>/dev/null
