@@ -3,9 +3,9 @@ unified vs single-pass cost, and the server's peak memory. One run, side by side
 
     python -m bench.judge_throughput [--groups 8] [--group-size 4] [--naive-candidates 2] [--cache-requests 1000]
 
-Order: (1) raw vLLM engine in this process runs the judge conversations once (warm-up + recording) and then
-replays exactly the recorded generations, timed; (2) the real server process (same engine, Redis cache) judges
-the same groups over gRPC with concurrent clients; unified vs single-pass on fresh groups; 1,000 cache hits;
+Order: (1) raw vLLM engine in this process runs the judge conversations of two sets of groups once (warm-up +
+recording) and then replays exactly the recorded generations, timed, set after set; (2) the real server process
+(same engine, Redis cache) judges the same two sets over gRPC, each set's groups sent concurrently; unified vs single-pass on fresh groups; 1,000 cache hits;
 (3) a naive judge: transformers ``model.generate`` one request at a time on the recorded prompts.
 Writes bench/results/judge_throughput.json.
 """
@@ -84,26 +84,32 @@ class RecordingEngine(Engine):
         return await self.inner.generate(messages, params, request_id)
 
 
-async def raw_engine_phase(model_path: str, groups: list[GroupRequest]) -> tuple[float, list[Any]]:
-    """Judge once through the protocol (recording), then replay the recorded generations on the bare engine."""
+async def raw_engine_phase(model_path: str, sets: list[list[GroupRequest]]) -> tuple[float, list[Any]]:
+    """Judge each set once through the protocol (recording), then replay each set's recorded generations on the
+    bare engine, set after set (the service later judges the same sets, set after set)."""
     from reward_server.engines.vllm_engine import VllmEngine
 
     engine = RecordingEngine(VllmEngine(EngineConfig(backend="vllm", model_path=model_path, max_model_len=4096)))
     await engine.start()
     judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
-    jobs = [(g.history, g.reference, parse(c), JudgeMode.UNIFIED) for g in groups for c in g.candidates]
-    await asyncio.gather(*(judge.judge(*j) for j in jobs))
-    sequences = list(engine.sequences.values())
+    recorded = []
+    for groups in sets:
+        engine.sequences = {}
+        jobs = [(g.history, g.reference, parse(c), JudgeMode.UNIFIED) for g in groups for c in g.candidates]
+        await asyncio.gather(*(judge.judge(*j) for j in jobs))
+        recorded.append(list(engine.sequences.values()))
 
     async def replay(seq: list[tuple[list[Message], GenParams]], k: int) -> None:
         for i, (messages, params) in enumerate(seq):
             await engine.inner.generate(messages, params, f"replay-{k}-{i}")
 
-    t = time.perf_counter()
-    await asyncio.gather(*(replay(s, k) for k, s in enumerate(sequences)))
-    wall = time.perf_counter() - t
+    wall = 0.0
+    for n, sequences in enumerate(recorded):
+        t = time.perf_counter()
+        await asyncio.gather(*(replay(s, k) for k, s in enumerate(sequences)))
+        wall += time.perf_counter() - t
     await engine.stop()
-    return len(sequences) / wall, sequences
+    return sum(len(r) for r in recorded) / wall, recorded[0]
 
 
 def start_server(grpc_port: int, http_port: int, redis_url: str | None) -> subprocess.Popen[bytes]:
@@ -125,16 +131,21 @@ def start_server(grpc_port: int, http_port: int, redis_url: str | None) -> subpr
     raise RuntimeError("server not ready after 600 s")
 
 
-async def service_phase(address: str, groups: list[GroupRequest], fresh_a: list[GroupRequest],
+async def service_phase(address: str, sets: list[list[GroupRequest]], fresh_a: list[GroupRequest],
                         fresh_b: list[GroupRequest], cache_requests: int) -> dict[str, float]:
     from reward_server.client import RewardClient
 
     out: dict[str, float] = {}
     async with RewardClient([address], timeout_s=1800) as client:
         await client.score_group(make_groups(1, 2, seed=999)[0])  # warm-up (compile, grammar)
-        t = time.perf_counter()
-        await asyncio.gather(*(client.score_group(g) for g in groups))
-        out["service_jps"] = sum(len(g.candidates) for g in groups) / (time.perf_counter() - t)
+        wall = 0.0
+        for groups in sets:
+            t = time.perf_counter()
+            await asyncio.gather(*(client.score_group(g) for g in groups))
+            wall += time.perf_counter() - t
+        out["service_jps"] = sum(len(g.candidates) for groups in sets for g in groups) / wall
+        out["load_1min_after_throughput"] = os.getloadavg()[0]
+        groups = sets[0]
 
         t = time.perf_counter()
         await asyncio.gather(*(client.score_group(g) for g in fresh_a))
@@ -184,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"))
     a = p.parse_args(argv)
     model = resolve_model("default")
-    groups = make_groups(a.groups, a.group_size, seed=1)
-    raw_jps, sequences = asyncio.run(raw_engine_phase(model.path, groups))
+    sets = [make_groups(a.groups, a.group_size, seed=1), make_groups(a.groups, a.group_size, seed=4)]
+    raw_jps, sequences = asyncio.run(raw_engine_phase(model.path, sets))
+    load_raw = os.getloadavg()[0]
     grpc_port, http_port = free_port(), free_port()
     proc = start_server(grpc_port, http_port, a.redis_url)
     try:
-        svc = asyncio.run(service_phase(f"127.0.0.1:{grpc_port}", groups, make_groups(a.groups, a.group_size, 2),
+        svc = asyncio.run(service_phase(f"127.0.0.1:{grpc_port}", sets, make_groups(a.groups, a.group_size, 2),
                                         make_groups(a.groups, a.group_size, 3), a.cache_requests))
         peak = tree_peak_rss_mb(proc.pid)
     finally:
@@ -206,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         "cache_requests": a.cache_requests,
         "unified_judgments_per_s": svc["unified_jps"], "single_pass_judgments_per_s": svc["single_pass_jps"],
         "unified_vs_single_pass": svc["unified_vs_single_pass"], "peak_rss_mb": peak,
+        # 1-minute load average right after each timed phase: other work on this 2-core machine skews a phase.
+        "load_1min": {"raw_engine": load_raw, "service": svc["load_1min_after_throughput"]},
     }
     out = write_result("judge_throughput", fig)
     print_table("judge throughput (one run, this machine)", [

@@ -93,13 +93,11 @@ def config_from_args(a: argparse.Namespace) -> ServerConfig:
                         embedding_model=a.embedding_model).validate()
 
 
-async def _score(a: argparse.Namespace) -> int:
+async def _score(a: argparse.Namespace, body: dict[str, Any]) -> int:
     from reward_server.client import RewardCallError, RewardClient
     from reward_server.errors import InvalidArgument
     from reward_server.http.convert import group_from_json
 
-    with open(a.file, encoding="utf-8") as fh:
-        body = json.load(fh)
     if a.include_judgment:
         body.setdefault("options", {})["include_judgment"] = True
     try:
@@ -121,7 +119,9 @@ async def _score(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     a = make_parser().parse_args(argv)
     if a.command == "score":
-        return asyncio.run(_score(a))
+        with open(a.file, encoding="utf-8") as fh:
+            body = json.load(fh)
+        return asyncio.run(_score(a, body))
     logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(a)

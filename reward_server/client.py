@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Self, TypeVar
 
 import grpc
 
@@ -97,7 +97,7 @@ class RewardClient:
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels))
 
-    async def __aenter__(self) -> "RewardClient":
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

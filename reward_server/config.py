@@ -35,7 +35,7 @@ class ServerConfig:
     embedding_model: str = "default"  # "default" (all-MiniLM-L6-v2 wheel), an HF folder, or "off"
     max_in_flight_groups: int = 64  # groups judged at once; more wait (counted in queue_ms)
 
-    def validate(self) -> "ServerConfig":
+    def validate(self) -> ServerConfig:
         e = self.engine
         if e.backend not in BACKENDS:
             raise ValueError(f"backend {e.backend!r}: expected one of {', '.join(BACKENDS)}")

@@ -80,8 +80,9 @@ def prepare_default_model(dtype: str = "float32") -> ModelRef:
     log.info("converting %s to an HF folder at %s (once)", gguf.name, target)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype))
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:  # the GGUF loads "quantized": drop that so save_pretrained writes a plain folder
+        quantizer.remove_quantization_config(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
     try:

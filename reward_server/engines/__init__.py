@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 BACKENDS = ("vllm", "transformers", "openai")
 
 
-def create_engine(config: "EngineConfig") -> "Engine":
+def create_engine(config: EngineConfig) -> Engine:
     """Instantiate the backend named by ``config.backend`` (its heavy imports happen in ``start``)."""
     if config.backend == "vllm":
         from reward_server.engines.vllm_engine import VllmEngine

@@ -53,6 +53,7 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.3
     kv_cache_gib: float | None = None  # vllm: KV cache size; None = 2 GiB on CPU, gpu_memory_utilization on GPU
     enable_prefix_caching: bool = True
+    block_size: int | None = None  # vllm KV block (tokens); None = 32 on CPU, vLLM's default on GPU
     max_lora_rank: int = 64
     # transformers micro-batching
     max_batch: int = 32

@@ -17,7 +17,6 @@ from reward_server.http.convert import batch_from_json, group_from_json
 from reward_server.types import ErrorInfo
 
 
-
 def _error(exc: ServiceError) -> JSONResponse:
     return JSONResponse({"error": exc.info().to_json()}, status_code=exc.http_status)
 

@@ -23,7 +23,7 @@ def group_from_json(data: Any, prefix: str = "") -> GroupRequest:
     _expect(data, dict, prefix.rstrip(".") or "body", "a JSON object")
     unknown = set(data) - {"history", "reference", "candidates", "options"}
     if unknown:
-        raise InvalidArgument(f"unknown field(s) {sorted(unknown)}", f"{prefix}{sorted(unknown)[0]}")
+        raise InvalidArgument(f"unknown field(s) {sorted(unknown)}", f"{prefix}{min(unknown)}")
     history = []
     for i, t in enumerate(_expect(data.get("history", []), list, f"{prefix}history", "a list of turns")):
         f = f"{prefix}history[{i}]"
@@ -50,7 +50,7 @@ def options_from_json(data: Any, field: str) -> ScoreOptions:
     _expect(data, dict, field, "an object")
     unknown = set(data) - {"mode", "include_judgment", "include_similarity", "timeout_ms"}
     if unknown:
-        raise InvalidArgument(f"unknown option(s) {sorted(unknown)}", f"{field}.{sorted(unknown)[0]}")
+        raise InvalidArgument(f"unknown option(s) {sorted(unknown)}", f"{field}.{min(unknown)}")
     mode = data.get("mode")
     if mode is not None and mode not in {m.value for m in JudgeMode}:
         raise InvalidArgument(f"mode must be one of {_MODES} (got {mode!r})", f"{field}.mode")
