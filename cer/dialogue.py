@@ -26,7 +26,7 @@ class Turn:
         return {"role": self.role.value, "text": self.text}
 
     @classmethod
-    def from_dict(cls, data: dict[str, str]) -> "Turn":
+    def from_dict(cls, data: dict[str, str]) -> Turn:
         """Inverse of :meth:`to_dict`; raises ``ValueError`` on an unknown role."""
         return cls(role=Role(data["role"]), text=data["text"])
 
