@@ -217,11 +217,13 @@ class Judge:
 
 def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],
                       reference: str | None, parsed: ParsedOutput, verdicts: dict[str, Verdict],
-                      rationales: dict[str, str] | None = None) -> list[Message]:
+                      rationales: dict[str, str] | None = None,
+                      rationale_max_chars: int = JudgeSettings.rationale_max_chars) -> list[Message]:
     """A complete judge conversation with the given (gold) verdicts as the judge's turns.
 
-    This is the judge SFT format: the same prompts :class:`Judge` sends, with assistant turns written as the
-    grammar the parser reads (``Rationale: ...`` then ``Verdict: <label>``). Training and serving share it.
+    This is the judge SFT format: the same prompts :class:`Judge` sends, with assistant turns written in the
+    grammar the parser reads and the constrained decoder allows (``Rationale: <one line of at most
+    rationale_max_chars>`` then ``Verdict: <label>``); longer rationales are cut. Training and serving share it.
     """
     rationales = rationales or {}
     messages: list[Message] = [{"role": "system", "content": template.system}]
@@ -231,7 +233,7 @@ def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, h
         for c in plan.components:
             v = verdicts[c]
             label = str(v) if isinstance(v, bool) else v.value
-            rationale = " ".join(rationales.get(c, f"judging {_label(c)}.").split())
+            rationale = " ".join(rationales.get(c, f"judging {_label(c)}.").split())[:rationale_max_chars].rstrip()
             lines.append(f"Rationale: {rationale}\n{VERDICT_KEY} {label}")
         messages.append({"role": "assistant", "content": "\n".join(lines)})
     return messages
