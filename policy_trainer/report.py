@@ -25,7 +25,8 @@ PLOTS: dict[str, tuple[str, ...]] = {
                           "compeer/format_reward_mean"),
     "reward_reweighting": ("compeer/reward_raw_mean", "compeer/reward_reweighted_mean", "reward"),
     "redundancy": ("compeer/s_in_mean", "compeer/s_hi_mean", "compeer/tau_mean"),
-    "failures": ("compeer/parse_failure_rate", "compeer/timeout_rate", "compeer/unscored_rate",
+    "failures": ("compeer/parse_failure_rate", "compeer/timeout_rate", "compeer/engine_error_rate",
+                 "compeer/unscored_rate",
                  "frac_reward_zero_std"),
     "timing": ("step_time", "compeer/reward_call_latency_s", "compeer/reward_fn_overhead_s"),
 }

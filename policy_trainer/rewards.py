@@ -99,6 +99,7 @@ class BatchStats:
     groups: int = 0
     scored: int = 0
     parse_failed: int = 0
+    engine_errors: int = 0
     timeouts: int = 0
     call_failures: int = 0
     group_errors: int = 0
@@ -120,6 +121,7 @@ class BatchStats:
         n = max(self.items, 1)
         out: dict[str, float] = {
             "parse_failure_rate": self.parse_failed / n,
+            "engine_error_rate": self.engine_errors / n,
             # capped: in prm_orm mode a timed-out batch is counted once per call
             "timeout_rate": min(1.0, self.timeouts / n),
             "unscored_rate": (self.items - self.scored) / n,
@@ -304,6 +306,8 @@ class CompeerReward:
                 stats.parse_failed += 1
             elif s.status is Status.TIMEOUT:
                 stats.timeouts += 1
+            elif s.status is Status.ENGINE_ERROR:
+                stats.engine_errors += 1
         if self.settings.redundancy_mode is RedundancyMode.OFF:
             stats.reweighted_rewards.extend(r for r in raw if r is not None)
             return raw

@@ -43,7 +43,8 @@ class _RedactRewardKwargs(logging.Filter):
     """TRL logs the prompt and completion at WARNING when every reward of a row is None; keep the text out."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and record.msg.startswith(_TRL_NONE_WARNING):
+        # accelerate's MultiProcessAdapter prefixes the message with "[RANK n] "
+        if isinstance(record.msg, str) and _TRL_NONE_WARNING in record.msg:
             record.msg = ("All reward functions returned None for a completion (it gets no advantage); "
                           "its text is not logged (dialogue text stays out of logs)")
             record.args = ()

@@ -42,4 +42,6 @@ def test_trl_none_reward_warning_is_redacted(caplog: pytest.LogCaptureFixture) -
     assert sum(type(f).__name__ == "_RedactRewardKwargs" for f in logger.filters) == 1
     with caplog.at_level(logging.WARNING, logger="trl.trainer.grpo_trainer"):
         logger.warning("All reward functions returned None for the following kwargs:\n{'prompt': 'SECRET TEXT'}")
+        # as TRL's accelerate logger emits it
+        logger.warning("[RANK 0] All reward functions returned None for the following kwargs:\n{'p': 'SECRET 2'}")
     assert "SECRET" not in caplog.text and "not logged" in caplog.text

@@ -179,3 +179,13 @@ def test_completion_text_forms() -> None:
     assert completion_text("plain") == "plain"
     assert completion_text([{"role": "assistant", "content": "x"}]) == "x"
     assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "y"}]}]) == "y"
+
+
+def test_engine_errors_are_unscored_and_counted() -> None:
+    table = {"e": FakeScore(status=Status.ENGINE_ERROR), "f": FakeScore(s_in=0.0, s_hi=0.0)}
+    metrics: dict[str, list[float]] = {}
+    reward = CompeerReward(RewardSettings(2), lambda: FakeRewardClient(table))
+    out = _call(reward, ["e", "f"], [[0] * 5, [0] * 5], [HIST_A, HIST_A], ["r", "r"], metrics)
+    assert out == [None, pytest.approx(5.0)]
+    assert metrics["compeer/engine_error_rate"] == [0.5]
+    assert metrics["compeer/parse_failure_rate"] == [0.0]
