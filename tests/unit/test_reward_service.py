@@ -48,6 +48,7 @@ class Service:
     engine: FakeEngine
     http: httpx.AsyncClient
     stub: pb_grpc.RewardServiceStub
+    address: str
 
     async def grpc_score(self, b: dict[str, Any], timeout: float | None = None) -> Any:
         return await self.stub.ScoreGroup(convert.group_request_to_pb(group_from_json(b)), timeout=timeout)
@@ -69,7 +70,7 @@ async def make_service(responder: Any = None, *, delay: float = 0.0, start: bool
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(core)), base_url="http://test")
     try:
-        yield Service(core, engine, http, pb_grpc.RewardServiceStub(channel))
+        yield Service(core, engine, http, pb_grpc.RewardServiceStub(channel), f"127.0.0.1:{port}")
     finally:
         await http.aclose()
         await channel.close()
@@ -312,3 +313,23 @@ def test_config_validation_names_the_remedy() -> None:
         ServerConfig(grpc_port=9000, http_port=9000).validate()
     with pytest.raises(ValueError, match="expected one of"):
         ServerConfig(engine=EngineConfig(backend="tgi")).validate()
+
+
+async def test_client_round_robin_retries_only_unavailable(svc: Service) -> None:
+    from reward_server.client import RewardCallError, RewardClient
+
+    live = svc.address
+    dead = f"127.0.0.1:{free_port()}"
+    async with RewardClient([dead, live], timeout_s=10, max_retries=2, backoff_s=0.01) as client:
+        for _ in range(3):  # whichever address comes first, UNAVAILABLE moves on to the live one
+            resp = await client.score_group(group_from_json(body([GOOD])))
+            assert resp.results[0].status.value == "ok"
+        calls = len(svc.engine.calls)
+        with pytest.raises(RewardCallError) as exc:
+            await client.score_group(group_from_json(body([GOOD] * 65)))
+        assert exc.value.code == grpc.StatusCode.INVALID_ARGUMENT  # not retried: the live server saw it once
+        assert len(svc.engine.calls) == calls
+    async with RewardClient([dead], timeout_s=1, max_retries=1, backoff_s=0.01) as client:
+        with pytest.raises(RewardCallError) as exc:
+            await client.score_group(group_from_json(body([GOOD])))
+        assert exc.value.code == grpc.StatusCode.UNAVAILABLE
