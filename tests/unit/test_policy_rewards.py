@@ -12,7 +12,7 @@ from cer.redundancy import RedundancyMode
 from policy_trainer.config import LengthUnit, RewardJudgeMode
 from policy_trainer.rewards import CompeerReward, GroupingError, RewardSettings, completion_text
 from reward_server.types import JudgeMode, Status
-from tests.unit.fake_reward_client import FakeRewardClient, FakeScore
+from tests.unit.test_policy_fakes import FakeRewardClient, FakeScore
 
 HIST_A = [{"role": "seeker", "text": "history A"}]
 HIST_B = [{"role": "seeker", "text": "history B"}, {"role": "supporter", "text": "ok"}]

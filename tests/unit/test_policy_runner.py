@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from policy_trainer.config import load_config
 from policy_trainer.runner import run
 from reward_server.model_store import resolve_model
-from tests.unit.fake_reward_client import FakeRewardClient, FakeScore
+from tests.unit.test_policy_fakes import FakeRewardClient, FakeScore
 
 
 @pytest.fixture(scope="module")

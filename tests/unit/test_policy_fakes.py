@@ -1,4 +1,5 @@
-"""FakeRewardClient: a stand-in for ``reward_server.client.RewardClient`` in unit tests (a fake, named as such).
+"""FakeRewardClient: a stand-in for ``reward_server.client.RewardClient`` in unit tests (a fake, named as such),
+plus tests of the fake itself (so the policy tests stand on a checked double).
 
 It answers ``score_batch`` from a table keyed by candidate text, records every call, and can be told to fail
 (raise ``RewardCallError``) or hang, to exercise the reward function's failure paths without a server.
@@ -11,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
+import pytest
 
 from reward_server.client import RewardCallError
 from reward_server.types import (
@@ -24,6 +26,7 @@ from reward_server.types import (
     PreferenceResult,
     Rewards,
     SamplingInfo,
+    ScoreOptions,
     Similarity,
     Status,
     StepResult,
@@ -104,3 +107,18 @@ class FakeRewardClient:
 
     async def close(self) -> None:
         self.closed = True
+
+
+def test_fake_answers_per_mode_and_fails_on_request() -> None:
+    req = GroupRequest(history=[], reference="r", candidates=["x", "y"])
+    fake = FakeRewardClient({"x": FakeScore(steps=[1.0, -1.0, 1.0], preference=-1.0, format=1.0)})
+    out = asyncio.run(fake.score_batch([req]))
+    assert isinstance(out[0], GroupResponse)
+    assert [r.rewards.total for r in out[0].results] == [1.0, 5.0]
+    prm = GroupRequest(history=[], reference=None, candidates=["x"], options=ScoreOptions(mode=JudgeMode.PRM))
+    (res,) = asyncio.run(fake.score_batch([prm]))
+    assert isinstance(res, GroupResponse) and res.results[0].rewards.total == 2.0
+    assert res.results[0].rewards.preference is None
+    failing = FakeRewardClient(fail_with=grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(RewardCallError):
+        asyncio.run(failing.score_batch([req]))
