@@ -10,6 +10,7 @@ import pytest
 from safetensors.torch import load_file
 
 from policy_trainer import cli
+from tests.integration.conftest import RunningServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -20,7 +21,7 @@ SCORED_KEYS = ("compeer/step_reward_mean", "compeer/preference_reward_mean", "co
                "compeer/s_hi_mean", "compeer/tau_mean")
 
 
-def test_two_grpo_steps_move_lora_and_log_reward_metrics(reward_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_two_grpo_steps_move_lora_and_log_reward_metrics(reward_server: RunningServer, tmp_path: Path) -> None:
     out = tmp_path / "grpo"
     rc = cli.main(["grpo", "--config", "cpu-smoke", "--out", str(out), "--max-steps", "2",
                    "--reward-server", reward_server.grpc_address, "--set", "max_prompts=4"])
