@@ -159,7 +159,8 @@ class RewardCore:
                                      seed=s.seed if s.seed is not None else config.engine.seed,
                                      max_retries=s.max_retries, constrained=self.judge.constrained)
         self._key_ctx = KeyContext(model=config.engine.model_id, revision=config.engine.revision,
-                                   adapter=config.engine.adapter, template_version=self.template.version,
+                                   adapter=config.engine.adapter_id or config.engine.adapter,
+                                   template_version=self.template.version,
                                    sampling=self.sampling.to_json())
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
@@ -184,7 +185,8 @@ class RewardCore:
 
     def info(self) -> InfoResponse:
         e = self.config.engine
-        return InfoResponse(model=e.model_id, revision=e.revision, adapter=e.adapter, backend=e.backend,
+        return InfoResponse(model=e.model_id, revision=e.revision, adapter=e.adapter_id or e.adapter,
+                            backend=e.backend,
                             template_version=self.template.version, modes=list(JudgeMode),
                             default_mode=self.config.default_mode, limits=self.config.limits,
                             sampling=self.sampling, version=__version__, cache=self.cache.kind,
@@ -282,7 +284,7 @@ class RewardCore:
             self.metrics.candidates.labels(r.status.value).inc()
         t2 = time.perf_counter()
         meta = GroupMeta(model=self.config.engine.model_id, revision=self.config.engine.revision,
-                         adapter=self.config.engine.adapter, template_version=self.template.version,
+                         adapter=self._key_ctx.adapter, template_version=self.template.version,
                          sampling=self.sampling, mode=mode, queue_ms=(t1 - t0) * 1000, inference_ms=(t2 - t1) * 1000,
                          cache_hits=sum(1 for r in results if r.cache_hit),
                          judge_rounds=sum(o.judgment.generations for o in judged if o.judgment is not None))

