@@ -44,9 +44,22 @@ out.update({k[:-3]: (v.float() * q[k[:-3] + ".scale"]).contiguous() for k, v in 
 save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 print("MiniLM dequantised:", len(out), "tensors")
 PY
-  python3 -m reward_server.cli serve --backend transformers --model /tmp/smollm2 --device cuda \
-    --embedding-model "$S"/minilm-q8 --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000 \
-    > "$OUT"/server.log 2>&1 &
+  SERVE_ARGS=(serve --backend transformers --model /tmp/smollm2 --device cuda --embedding-model "$S"/minilm-q8
+              --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
+  if [ -n "${JUDGE_STATIC_CACHE:-}" ]; then
+    # the engine's static_cache option (EngineConfig.extra) has no CLI flag: set it through the public config API
+    python3 - "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 <<'PY' &
+import asyncio, logging, os, sys
+from reward_server.cli import config_from_args, make_parser
+from reward_server.server import serve
+logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+config = config_from_args(make_parser().parse_args(sys.argv[1:]))
+config.engine.extra["static_cache"] = os.environ["JUDGE_STATIC_CACHE"]
+asyncio.run(serve(config))
+PY
+  else
+    python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
+  fi
   SERVER=$!
   python3 - <<'PY' || { kill "$SERVER"; exit 1; }
 import time, httpx
