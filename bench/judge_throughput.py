@@ -89,7 +89,8 @@ async def raw_engine_phase(model_path: str, sets: list[list[GroupRequest]]) -> t
     bare engine, set after set (the service later judges the same sets, set after set)."""
     from reward_server.engines.vllm_engine import VllmEngine
 
-    engine = RecordingEngine(VllmEngine(EngineConfig(backend="vllm", model_path=model_path, max_model_len=4096)))
+    inner = VllmEngine(EngineConfig(backend="vllm", model_path=model_path, max_model_len=4096))
+    engine = RecordingEngine(inner)
     await engine.start()
     judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
     recorded = []
@@ -101,10 +102,11 @@ async def raw_engine_phase(model_path: str, sets: list[list[GroupRequest]]) -> t
 
     async def replay(seq: list[tuple[list[Message], GenParams]], k: int) -> None:
         for i, (messages, params) in enumerate(seq):
-            await engine.inner.generate(messages, params, f"replay-{k}-{i}")
+            await inner.generate(messages, params, f"replay-{k}-{i}")
 
     wall = 0.0
-    for n, sequences in enumerate(recorded):
+    for sequences in recorded:
+        await inner.reset_prefix_cache()  # the service meets these prompts cold: so does the replay
         t = time.perf_counter()
         await asyncio.gather(*(replay(s, k) for k, s in enumerate(sequences)))
         wall += time.perf_counter() - t
@@ -141,8 +143,10 @@ async def service_phase(address: str, sets: list[list[GroupRequest]], fresh_a: l
         wall = 0.0
         for groups in sets:
             t = time.perf_counter()
-            await asyncio.gather(*(client.score_group(g) for g in groups))
+            replies = await asyncio.gather(*(client.score_group(g) for g in groups))
             wall += time.perf_counter() - t
+            if any(r.meta.cache_hits for r in replies):
+                raise RuntimeError("throughput groups hit the cache: the benchmark must judge every candidate")
         out["service_jps"] = sum(len(g.candidates) for groups in sets for g in groups) / wall
         out["load_1min_after_throughput"] = os.getloadavg()[0]
         groups = sets[0]
@@ -192,13 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--naive-candidates", type=int, default=2)
     p.add_argument("--cache-requests", type=int, default=1000)
-    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"))
+    p.add_argument("--redis-url", default=os.environ.get("COMPEER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
+                   help="a Redis database the benchmark owns (it is flushed); '' for the in-process cache")
     a = p.parse_args(argv)
     model = resolve_model("default")
     sets = [make_groups(a.groups, a.group_size, seed=1), make_groups(a.groups, a.group_size, seed=4)]
     raw_jps, sequences = asyncio.run(raw_engine_phase(model.path, sets))
     load_raw = os.getloadavg()[0]
     grpc_port, http_port = free_port(), free_port()
+    if a.redis_url:
+        import redis
+
+        redis.Redis.from_url(a.redis_url).flushdb()  # the benchmark's own database: start cold
     proc = start_server(grpc_port, http_port, a.redis_url)
     try:
         svc = asyncio.run(service_phase(f"127.0.0.1:{grpc_port}", sets, make_groups(a.groups, a.group_size, 2),

@@ -89,6 +89,11 @@ class VllmEngine(Engine):
         return GenResult(text=o.text, prompt_tokens=len(final.prompt_token_ids or []),
                          output_tokens=len(o.token_ids), finish_reason=o.finish_reason or "stop")
 
+    async def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix (benchmarks measure cold prefills with it)."""
+        if self._llm is not None:
+            await self._llm.reset_prefix_cache()
+
     def healthy(self) -> bool:
         return self._llm is not None and not self._llm.errored
 
