@@ -53,6 +53,8 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-history-turns", type=int, default=64)
     s.add_argument("--judge-timeout-s", type=float, default=120.0, help="per-candidate judge limit")
     s.add_argument("--default-timeout-s", type=float, default=300.0, help="per-request limit without a deadline")
+    s.add_argument("--shutdown-grace-s", type=float, default=30.0,
+                   help="on SIGTERM, in-flight gRPC calls get this long before they are cancelled")
     s.add_argument("--max-model-len", type=int, default=4096)
     s.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     s.add_argument("--kv-cache-gib", type=float, default=None,
@@ -90,7 +92,7 @@ def config_from_args(a: argparse.Namespace) -> ServerConfig:
                         redis_url=a.redis_url, cache=a.cache, cache_ttl_s=a.cache_ttl_s, template=a.template,
                         taxonomy=a.taxonomy, default_mode=JudgeMode(a.default_mode), judge=judge, limits=limits,
                         judge_timeout_s=a.judge_timeout_s, default_timeout_s=a.default_timeout_s,
-                        embedding_model=a.embedding_model).validate()
+                        embedding_model=a.embedding_model, shutdown_grace_s=a.shutdown_grace_s).validate()
 
 
 async def _score(a: argparse.Namespace, body: dict[str, Any]) -> int:

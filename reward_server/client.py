@@ -37,7 +37,8 @@ class RewardClient:
     """Async client for ``compeer.reward.v1.RewardService``.
 
     Args:
-        addresses: ``host:port`` of one or more replicas (used round-robin).
+        addresses: ``host:port`` of one or more replicas (used round-robin), or gRPC targets such as
+            ``dns:///compeer-reward-headless:50051`` (round-robin over every address the name resolves to).
         timeout_s: default deadline of a call, retries included.
         max_retries: extra attempts after an UNAVAILABLE answer.
         backoff_s: first backoff; doubles each retry.
@@ -52,7 +53,10 @@ class RewardClient:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE)]
+        # round_robin: a "dns:///reward-headless:50051" address spreads calls over every pod behind the name and
+        # follows replicas as they come and go; a plain host:port behaves as one server.
+        options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE),
+                   ("grpc.lb_policy_name", "round_robin")]
         self._channels = [grpc.aio.insecure_channel(a, options=options) for a in addrs]
         self._stubs = [pb_grpc.RewardServiceStub(c) for c in self._channels]
         self._next = itertools.cycle(range(len(addrs)))

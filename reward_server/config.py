@@ -34,6 +34,7 @@ class ServerConfig:
     default_timeout_s: float = 300.0  # per request when neither the caller nor the transport sets a deadline
     embedding_model: str = "default"  # "default" (all-MiniLM-L6-v2 wheel), an HF folder, or "off"
     max_in_flight_groups: int = 64  # groups judged at once; more wait (counted in queue_ms)
+    shutdown_grace_s: float = 30.0  # on SIGTERM, in-flight gRPC calls get this long to finish
 
     def validate(self) -> ServerConfig:
         e = self.engine

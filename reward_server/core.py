@@ -176,7 +176,13 @@ class RewardCore:
 
     @property
     def ready(self) -> bool:
+        """The engine is loaded and healthy: requests can be served (``/readyz``, gRPC health SERVING)."""
         return self._ready and self.engine.healthy()
+
+    @property
+    def alive(self) -> bool:
+        """False once a started engine has died: the process should be restarted (``/healthz``)."""
+        return not (self._ready and not self.engine.healthy())
 
     @property
     def cacheable(self) -> bool:

@@ -76,6 +76,16 @@ async def build_core(config: ServerConfig) -> RewardCore:
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
 
 
+async def _watch_engine(core: RewardCore, health: HealthServicer, every_s: float = 2.0) -> None:
+    """Turn gRPC health NOT_SERVING when the engine dies (``/readyz`` and ``/healthz`` read the core directly)."""
+    while core.ready:
+        await asyncio.sleep(every_s)
+    log.error("the engine is no longer healthy: gRPC health NOT_SERVING, /healthz 503")
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await asyncio.Event().wait()  # keep serving errors until the orchestrator restarts the process
+
+
 async def serve(config: ServerConfig) -> None:
     """Run both fronts until SIGTERM / SIGINT."""
     core = await build_core(config)
@@ -112,13 +122,15 @@ async def serve(config: ServerConfig) -> None:
                 await health.set(name, health_pb2.HealthCheckResponse.SERVING)
             log.info("ready: model %s (%s), adapter %s, cache %s", config.engine.model_id, config.engine.revision,
                      config.engine.adapter, core.cache.kind)
-            await asyncio.wait({stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)
+            watch_task = asyncio.create_task(_watch_engine(core, health))
+            await asyncio.wait({stop_task, http_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+            watch_task.cancel()
     finally:
         log.info("shutting down")
         for name in ("", SERVICE_NAME):
             await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         start_task.cancel()
-        await server.stop(grace=5)
+        await server.stop(grace=config.shutdown_grace_s)
         http.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await http_task

@@ -64,7 +64,9 @@ def create_app(core: RewardCore) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        return JSONResponse({"status": "alive"})
+        if core.alive:
+            return JSONResponse({"status": "alive"})
+        return JSONResponse({"status": "engine_dead"}, status_code=503)
 
     @app.get("/readyz")
     async def readyz() -> Response:

@@ -333,3 +333,12 @@ async def test_client_round_robin_retries_only_unavailable(svc: Service) -> None
         with pytest.raises(RewardCallError) as exc:
             await client.score_group(group_from_json(body([GOOD])))
         assert exc.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_dead_engine_fails_liveness_and_readiness(svc: Service) -> None:
+    assert (await svc.http.get("/healthz")).status_code == 200
+    await svc.engine.stop()  # FAKE death: the engine reports unhealthy after a successful start
+    assert (await svc.http.get("/healthz")).status_code == 503
+    assert (await svc.http.get("/readyz")).status_code == 503
+    r = await svc.http.post("/v1/score", json=body([GOOD]))
+    assert r.status_code == 503 and r.json()["error"]["code"] == "UNAVAILABLE"
