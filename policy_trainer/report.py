@@ -45,6 +45,7 @@ class MetricsReport(TrainerCallback):
         self.path = out_dir / METRICS_FILE
         self.zero_std_warn_fraction = zero_std_warn_fraction
         self._warned = False
+        self._warned_unscored = False
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -58,6 +59,12 @@ class MetricsReport(TrainerCallback):
         log.info("step %d/%d  reward %s  zero-std groups %s  step %.1fs  reward wait %s", state.global_step,
                  state.max_steps, _fmt(row.get("reward")), _fmt(row.get("frac_reward_zero_std")),
                  row.get("step_time") or float("nan"), _fmt(wait))
+        unscored = row.get("compeer/unscored_rate")
+        if isinstance(unscored, float) and unscored >= 0.5 and not self._warned_unscored:
+            self._warned_unscored = True
+            log.warning("%.0f%% of this step's completions got no reward (see compeer/engine_error_rate, "
+                        "parse_failure_rate, timeout_rate, reward_call_failures and the reward server's log); "
+                        "TRL's frac_reward_zero_std does not count such groups", 100 * unscored)
         frac = row.get("frac_reward_zero_std")
         if isinstance(frac, float) and frac >= self.zero_std_warn_fraction and not self._warned:
             self._warned = True

@@ -45,3 +45,23 @@ def test_trl_none_reward_warning_is_redacted(caplog: pytest.LogCaptureFixture) -
         # as TRL's accelerate logger emits it
         logger.warning("[RANK 0] All reward functions returned None for the following kwargs:\n{'p': 'SECRET 2'}")
     assert "SECRET" not in caplog.text and "not logged" in caplog.text
+
+
+def test_report_warns_once_when_most_completions_are_unscored(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from policy_trainer.report import MetricsReport, read_metrics
+
+    report = MetricsReport(tmp_path, zero_std_warn_fraction=0.8)
+    state = TrainerState()
+    state.global_step, state.max_steps = 1, 2
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    with caplog.at_level(logging.WARNING, logger="policy_trainer.report"):
+        for step in (1, 2):
+            state.global_step = step
+            report.on_log(args, state, TrainerControl(), logs={"compeer/unscored_rate": 1.0, "reward": float("nan"),
+                                                              "frac_reward_zero_std": 0.0})
+    assert caplog.text.count("got no reward") == 1
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2] and rows[0]["reward"] is None
