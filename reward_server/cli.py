@@ -61,6 +61,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="vllm KV cache size (default: 2 GiB on CPU; on GPU --gpu-memory-utilization decides)")
     s.add_argument("--device", default="auto", help="transformers backend: auto | cpu | cuda")
     s.add_argument("--max-batch", type=int, default=32, help="transformers backend micro-batch size")
+    s.add_argument("--static-cache", action="store_true",
+                   help="transformers backend on CUDA: static KV cache + torch.compile (experimental, see docs)")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="transformers backend micro-batch wait")
     s.add_argument("--openai-base-url", default=_env("OPENAI_BASE_URL", None))
     s.add_argument("--openai-api-key", default=_env("OPENAI_API_KEY", None))
@@ -83,7 +85,7 @@ def config_from_args(a: argparse.Namespace) -> ServerConfig:
         backend=a.backend, adapter=a.adapter, seed=a.seed, max_model_len=a.max_model_len, device=a.device,
         gpu_memory_utilization=a.gpu_memory_utilization, kv_cache_gib=a.kv_cache_gib, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms,
         base_url=a.openai_base_url, api_key=a.openai_api_key, openai_model=a.openai_model,
-        openai_regex=a.openai_regex)
+        openai_regex=a.openai_regex, extra={"static_cache": "true"} if a.static_cache else {})
     judge = JudgeSettings(max_tokens_per_component=a.max_tokens_per_component, temperature=a.temperature,
                           max_retries=a.max_retries, constrain=not a.no_constrain)
     limits = Limits(max_candidates=a.max_candidates, max_groups=a.max_groups, max_history_turns=a.max_history_turns,

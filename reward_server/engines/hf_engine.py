@@ -19,13 +19,14 @@ Batching rules (what a caller can rely on):
 * ``GenParams.regex`` is ignored (``supports_regex = False``): structured outputs are a vLLM feature, so the
   judge relies on parse + retry with this backend.
 
-Speed on GPU: ``static_cache`` (``EngineConfig.extra``; "auto" = on for CUDA, off on CPU) makes transformers use
+Speed on GPU: ``static_cache`` (``EngineConfig.extra`` / ``--static-cache``; off by default) makes transformers use
 its static KV cache, which it auto-compiles with ``torch.compile``; every batch is then filled to ``max_batch`` rows
 (filler rows are marked finished from the first step) so the compiled decode graph keeps one batch shape. ``start`` warms up twice so the
 compiles (about a minute for SmolLM2-135M on an H200) happen before serving. Measured on an H200 with a random-init
 SmolLM2-135M, bf16, 64 requests of ~180 prompt + 96 new tokens: plain per-request ``model.generate`` 57 tok/s;
-this engine with the dynamic cache ~2,400 tok/s; with the static cache ~11,000 tok/s. Set ``static_cache`` to
-"false" if compilation fails for a model (start then raises).
+this engine with the dynamic cache ~2,400 tok/s; with the static cache ~11,000 tok/s. It is opt-in: inside the
+served judge on an H200 the compiled path raised ``AssertionError`` on every batch (GRPO evidence run,
+docs/policy_trainer.md), so the dynamic cache is the default until that is understood.
 
 Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
 the base for speed). ``output_tokens`` counts the EOS token when generation stopped on it (as vLLM does).
@@ -172,8 +173,8 @@ class TransformersEngine(Engine):
         if not eos_ids:
             raise EngineError("transformers engine: the model defines no EOS token")
         self._model, self._tokenizer, self._device, self._eos_ids = model, tok, device, eos_ids
-        static = self.config.extra.get("static_cache", "auto").lower()
-        self._static_cache = device.startswith("cuda") if static == "auto" else static == "true"
+        static = self.config.extra.get("static_cache", "false").lower()
+        self._static_cache = static == "true"
 
     async def stop(self) -> None:
         """Stop the worker, fail queued and running requests with :class:`EngineError`, free the model."""
