@@ -16,8 +16,9 @@ Batching rules (what a caller can rely on):
   re-seeds torch before its batch: reproducible for the same batch composition only (rows share one RNG stream).
 * Cancelling the awaiting task drops a queued request before it is generated; a running row is stopped at the
   next decoding step (the rest of its batch continues).
-* ``GenParams.regex`` is ignored (``supports_regex = False``): structured outputs are a vLLM feature, so the
-  judge relies on parse + retry with this backend.
+* ``GenParams.regex`` constrains a row's output with xgrammar (the grammar library vLLM uses) when it is
+  installed (``supports_regex``); rows of one batch may carry different patterns. Without xgrammar the pattern is
+  ignored and the judge relies on parse + retry. ``extra["constrain"] = "false"`` turns the constraint off.
 
 Speed on GPU: ``static_cache`` (``EngineConfig.extra`` / ``--static-cache``; off by default) makes transformers use
 its static KV cache, which it auto-compiles with ``torch.compile``; every batch is then filled to ``max_batch`` rows
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
+import importlib.util
 import logging
 import time
 from collections.abc import Callable
@@ -102,10 +104,13 @@ class TransformersEngine(Engine):
     """Chat generation with transformers and a micro-batching queue (see the module docstring for the rules)."""
 
     name = "transformers"
-    supports_regex = False
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
+        self.supports_regex = (config.extra.get("constrain", "true").lower() != "false"
+                               and importlib.util.find_spec("xgrammar") is not None)
+        self._grammar_compiler: Any = None
+        self._grammars: dict[str, Any] = {}
         self._queue: collections.deque[_Request] = collections.deque()
         self._running: list[_Request] = []
         self._wakeup: asyncio.Event | None = None
@@ -364,12 +369,15 @@ class TransformersEngine(Engine):
             )
             stop = _RowStop([batch[i] for i in rows], limits + [1] * dummies, prompt_len, self._device,
                             lambda: self._stopping, dummies)
+            patterns = [batch[i].params.regex if self.supports_regex else None for i in rows] + [None] * dummies
+            processors = [_GrammarMask([self._grammar(p) for p in patterns], self._vocab_size())] \
+                if any(patterns) else []
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
                     torch.manual_seed(params.seed)
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                            generation_config=gen_config,
-                                           stopping_criteria=[stop])
+                                           stopping_criteria=[stop], logits_processor=processors)
             new = generated[:, prompt_len:].tolist()
             self.stats.decode_steps.append(generated.shape[1] - prompt_len)
             eos = set(self._eos_ids)
@@ -384,6 +392,60 @@ class TransformersEngine(Engine):
                     finish_reason="length" if end is None else "stop",
                 )
         return [r if r is not None else EngineError("internal: row not generated") for r in out]
+
+
+    def _vocab_size(self) -> int:
+        return int(self._model.config.vocab_size)
+
+    def _grammar(self, pattern: str | None) -> Any:
+        """The xgrammar grammar of a regex, compiled once per pattern (generating thread only)."""
+        if pattern is None:
+            return None
+        if pattern not in self._grammars:
+            import xgrammar as xgr
+
+            if self._grammar_compiler is None:
+                info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size(),
+                                                          stop_token_ids=self._eos_ids)
+                self._grammar_compiler = xgr.GrammarCompiler(info)
+            self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
+        return self._grammars[pattern]
+
+
+class _GrammarMask:
+    """Constrains each row to its own grammar with xgrammar matchers (duck-typed ``transformers.LogitsProcessor``).
+
+    Rows without a grammar are left free. A row that leaves its grammar (it was stopped by its own ``max_tokens`` or
+    cancelled and now receives padding) is no longer constrained: its output is already final.
+    """
+
+    def __init__(self, grammars: list[Any], vocab_size: int) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self._matchers: list[Any] = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
+        self._mask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self._first = True
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if not self._first:
+            last = input_ids[:, -1].tolist()
+            for i, m in enumerate(self._matchers):
+                if m is not None and not m.is_terminated() and not m.accept_token(last[i]):
+                    self._matchers[i] = None
+        self._first = False
+        live = [i for i, m in enumerate(self._matchers) if m is not None and not m.is_terminated()]
+        if not live:
+            return scores
+        self._xgr.reset_token_bitmask(self._mask)
+        for i in live:
+            self._matchers[i].fill_next_token_bitmask(self._mask, i)
+        width = scores.shape[-1]
+        mask = self._mask.to(scores.device)
+        if scores.device.type not in ("cuda", "cpu"):
+            raise EngineError(f"constrained decoding supports cuda and cpu, not {scores.device.type}")
+        self._xgr.apply_token_bitmask_inplace(scores, mask, vocab_size=width)
+        return scores
 
 
 class _RowStop:

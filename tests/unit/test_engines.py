@@ -108,6 +108,27 @@ async def test_concurrent_requests_share_one_batch(hf_engine: TransformersEngine
 
 
 @needs_model
+async def test_regex_constrains_each_row_of_a_mixed_batch(hf_engine: TransformersEngine) -> None:
+    import re
+
+    from reward_server.judge import round_regex
+
+    assert hf_engine.supports_regex  # xgrammar is in the CPU lock
+    step, pref = round_regex(("step1",), 60), round_regex(("preference",), 60)
+    before = hf_engine.stats.batches
+    a, b, free, cut = await asyncio.gather(
+        hf_engine.generate(_chat(0), GenParams(max_tokens=40, regex=step), "g-step"),
+        hf_engine.generate(_chat(1), GenParams(max_tokens=40, regex=pref), "g-pref"),
+        hf_engine.generate(_chat(2), GenParams(max_tokens=6), "g-free"),
+        hf_engine.generate(_chat(3), GenParams(max_tokens=3, regex=step), "g-cut"))
+    assert hf_engine.stats.batches - before == 1  # different patterns share one generate() call
+    assert re.fullmatch(step, a.text), a.text
+    assert re.fullmatch(pref, b.text), b.text
+    assert not re.fullmatch(step, free.text)
+    assert cut.finish_reason == "length" and "Rationale: ".startswith(cut.text[:11])  # stopped mid-grammar, no crash
+
+
+@needs_model
 async def test_cancelled_queued_request_is_never_generated(hf_engine: TransformersEngine) -> None:
     # a sampled request has another sampling key than the greedy one, so it would need its own batch
     running = asyncio.create_task(hf_engine.generate(_chat(0), GenParams(max_tokens=8), "running"))
