@@ -54,7 +54,8 @@ def make_groups(n: int, size: int, seed: int) -> list[GroupRequest]:
         for c in range(size):
             strat = rng.choice(_STRATS)
             cands.append(render({
-                "analysis": f"The seeker is struggling with {topic}; stage: {rng.choice(['exploration', 'comforting'])}.",
+                "analysis": f"The seeker is struggling with {topic}; stage: {rng.choice(['exploration', 'comforting'])} "
+                            f"(reading {c}).",
                 "emotion": f"negative; {rng.choice(_FEELINGS)}; intensity {rng.randint(2, 5)}",
                 "strategy": f"{strat}: it fits what the seeker needs now (variant {c}).",
                 "response": f"It makes sense to feel {feel} about {topic}. {rng.choice(['Would you like to tell me more?', 'You are not alone in this.', 'What has helped you before?'])}",
@@ -98,7 +99,12 @@ async def raw_engine_phase(model_path: str, sets: list[list[GroupRequest]]) -> t
         engine.sequences = {}
         jobs = [(g.history, g.reference, parse(c), JudgeMode.UNIFIED) for g in groups for c in g.candidates]
         await asyncio.gather(*(judge.judge(*j) for j in jobs))
-        recorded.append(list(engine.sequences.values()))
+        sequences = list(engine.sequences.values())
+        # one conversation per candidate, 4 rounds each: otherwise conversations were merged and the replay
+        # would serialise them
+        if len(sequences) != len(jobs) or any(len(seq) != 4 for seq in sequences):
+            raise RuntimeError("recording did not separate the judge conversations (identical first rounds?)")
+        recorded.append(sequences)
 
     async def replay(seq: list[tuple[list[Message], GenParams]], k: int) -> None:
         for i, (messages, params) in enumerate(seq):
