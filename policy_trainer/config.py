@@ -22,7 +22,8 @@ from trl import GRPOConfig
 from cer.redundancy import RedundancyMode
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
-_ADDRESS = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
+# host:port, [v6]:port, or a gRPC dns target ("dns:///reward-headless:50051": round-robin over every pod behind it)
+_ADDRESS = re.compile(r"^(dns:(//[A-Za-z0-9_.:-]*)?/)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 
 
 class RewardJudgeMode(str, enum.Enum):
@@ -150,7 +151,8 @@ class CompeerGRPOConfig(GRPOConfig):
                              "--reward-server HOST:PORT (start one with `compeer-reward serve`)")
         for addr in self.reward_server:
             if not _ADDRESS.match(addr):
-                raise ValueError(f"reward_server entry {addr!r} is not host:port (e.g. localhost:50051)")
+                raise ValueError(f"reward_server entry {addr!r} is not host:port (e.g. localhost:50051) or a "
+                                 "dns:///host:port target")
         self.judge_mode = _enum_value(RewardJudgeMode, self.judge_mode, "judge_mode")
         self.redundancy_mode = _enum_value(RedundancyMode, self.redundancy_mode, "redundancy_mode")
         self.length_unit = _enum_value(LengthUnit, self.length_unit, "length_unit")

@@ -194,7 +194,9 @@ def test_termination_covers_the_grpc_drain() -> None:
     (c,) = spec["containers"]
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    grpc_drain_s = 5  # reward_server/server.py: server.stop(grace=5)
+    from reward_server.cli import make_parser
+
+    grpc_drain_s = make_parser().parse_args(["serve"]).shutdown_grace_s  # the server's own gRPC drain
     assert spec["terminationGracePeriodSeconds"] >= int(pre_stop[1]) + grpc_drain_s + 10
 
 

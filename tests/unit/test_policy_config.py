@@ -84,3 +84,9 @@ def test_compeer_fields_do_not_shadow_trl_fields() -> None:
     base = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert own and not set(own) & base
     assert all(f.metadata.get("help") for f in dataclasses.fields(C.CompeerGRPOConfig) if f.name in own)
+
+
+@pytest.mark.parametrize("addr", ["localhost:50051", "[::1]:50051", "dns:///compeer-reward-headless:50051",
+                                  "dns://127.0.0.1/compeer-reward-headless.compeer.svc:50051"])
+def test_reward_server_accepts_host_port_and_dns_targets(tmp_path: Path, addr: str) -> None:
+    assert _cfg(tmp_path, reward_server=[addr]).reward_server == [addr]
