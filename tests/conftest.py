@@ -17,12 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bench.common import free_port  # one definition for tests and benchmarks
 
 
 def _redis_ping(port: int) -> bool:
