@@ -245,10 +245,11 @@ class RewardCore:
 
     async def _score(self, req: GroupRequest, mode: JudgeMode, prefix: str) -> GroupResponse:
         t0 = time.perf_counter()
-        parsed = [parse(c) for c in req.candidates]
         errors = [candidate_error(c, i, self.config.limits, prefix) for i, c in enumerate(req.candidates)]
-        keys = [cache_key(self._key_ctx, mode.value, req.history, req.reference, c) for c in req.candidates]
         valid = [i for i, e in enumerate(errors) if e is None]
+        # rejected candidates are neither parsed nor hashed
+        parsed = {i: parse(req.candidates[i]) for i in valid}
+        keys = {i: cache_key(self._key_ctx, mode.value, req.history, req.reference, req.candidates[i]) for i in valid}
         outcomes: dict[str, _Outcome] = {}
         if self.cacheable:
             distinct = list(dict.fromkeys(keys[i] for i in valid))

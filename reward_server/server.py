@@ -76,13 +76,18 @@ async def build_core(config: ServerConfig) -> RewardCore:
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
 
 
+async def _set_health(health: HealthServicer, status: int) -> None:
+    """Set the overall ("") and the RewardService health status together."""
+    for name in ("", SERVICE_NAME):
+        await health.set(name, status)
+
+
 async def _watch_engine(core: RewardCore, health: HealthServicer, every_s: float = 2.0) -> None:
     """Turn gRPC health NOT_SERVING when the engine dies (``/readyz`` and ``/healthz`` read the core directly)."""
     while core.ready:
         await asyncio.sleep(every_s)
     log.error("the engine is no longer healthy: gRPC health NOT_SERVING, /healthz 503")
-    for name in ("", SERVICE_NAME):
-        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await _set_health(health, health_pb2.HealthCheckResponse.NOT_SERVING)
     await asyncio.Event().wait()  # keep serving errors until the orchestrator restarts the process
 
 
@@ -103,8 +108,7 @@ async def serve(config: ServerConfig) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
     grpc_port = server.add_insecure_port(f"{config.host}:{config.grpc_port}")
-    for name in ("", SERVICE_NAME):
-        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await _set_health(health, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
 
     http = _Uvicorn(uvicorn.Config(create_app(core), host=config.host, port=config.http_port, log_level="warning",
@@ -118,8 +122,7 @@ async def serve(config: ServerConfig) -> None:
     try:
         if start_task in done:
             start_task.result()  # raises if the engine failed to start
-            for name in ("", SERVICE_NAME):
-                await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await _set_health(health, health_pb2.HealthCheckResponse.SERVING)
             log.info("ready: model %s (%s), adapter %s, cache %s", config.engine.model_id, config.engine.revision,
                      config.engine.adapter, core.cache.kind)
             watch_task = asyncio.create_task(_watch_engine(core, health))
@@ -127,8 +130,7 @@ async def serve(config: ServerConfig) -> None:
             watch_task.cancel()
     finally:
         log.info("shutting down")
-        for name in ("", SERVICE_NAME):
-            await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await _set_health(health, health_pb2.HealthCheckResponse.NOT_SERVING)
         start_task.cancel()
         await server.stop(grace=config.shutdown_grace_s)
         http.should_exit = True

@@ -10,6 +10,12 @@ from reward_server.errors import InvalidArgument
 from reward_server.types import ErrorInfo, GroupRequest, JudgeMode, Limits
 
 
+def _too_long(text: str, limits: Limits, field: str) -> InvalidArgument | None:
+    if len(text) > limits.max_text_chars:
+        return InvalidArgument(f"{len(text)} characters exceed the limit of {limits.max_text_chars}", field)
+    return None
+
+
 def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: str = "") -> None:
     """Raise InvalidArgument (field path + limit) for problems that make the whole group unscorable."""
     n = len(req.candidates)
@@ -24,9 +30,8 @@ def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: s
     for i, t in enumerate(req.history):
         if not t.text.strip():
             raise InvalidArgument("turn text must not be empty", f"{prefix}history[{i}].text")
-        if len(t.text) > limits.max_text_chars:
-            raise InvalidArgument(f"{len(t.text)} characters exceed the limit of {limits.max_text_chars}",
-                                  f"{prefix}history[{i}].text")
+        if err := _too_long(t.text, limits, f"{prefix}history[{i}].text"):
+            raise err
     if req.reference is None:
         if mode.judges_preference:
             raise InvalidArgument(f"a reference reply is required in mode {mode.value!r} (the preference round "
@@ -34,9 +39,8 @@ def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: s
                                   f"{prefix}reference")
     elif not req.reference.strip():
         raise InvalidArgument("reference must not be empty (omit it or send null)", f"{prefix}reference")
-    elif len(req.reference) > limits.max_text_chars:
-        raise InvalidArgument(f"{len(req.reference)} characters exceed the limit of {limits.max_text_chars}",
-                              f"{prefix}reference")
+    elif err := _too_long(req.reference, limits, f"{prefix}reference"):
+        raise err
     if req.options.timeout_ms < 0 or req.options.timeout_ms > limits.max_timeout_ms:
         raise InvalidArgument(f"timeout_ms {req.options.timeout_ms} outside 0..{limits.max_timeout_ms}",
                               f"{prefix}options.timeout_ms")
@@ -47,7 +51,5 @@ def candidate_error(candidate: str, index: int, limits: Limits, prefix: str = ""
     field = f"{prefix}candidates[{index}]"
     if not candidate.strip():
         return InvalidArgument("candidate must not be empty", field).info()
-    if len(candidate) > limits.max_text_chars:
-        return InvalidArgument(f"{len(candidate)} characters exceed the limit of {limits.max_text_chars}",
-                               field).info()
-    return None
+    err = _too_long(candidate, limits, field)
+    return None if err is None else err.info()
