@@ -62,7 +62,10 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", help="transformers backend: auto | cpu | cuda")
     s.add_argument("--max-batch", type=int, default=32, help="transformers backend micro-batch size")
     s.add_argument("--static-cache", action="store_true",
-                   help="transformers backend on CUDA: static KV cache + torch.compile (experimental, see docs)")
+                   help="transformers backend on CUDA: static KV cache + torch.compile (see docs/reward_server.md)")
+    s.add_argument("--grammar-kernel", default=None,
+                   choices=["auto", "cpu", "cuda", "triton", "torch_compile", "torch_native"],
+                   help="transformers backend: xgrammar's verdict-mask kernel (default torch_native on CUDA, auto on CPU)")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="transformers backend micro-batch wait")
     s.add_argument("--openai-base-url", default=_env("OPENAI_BASE_URL", None))
     s.add_argument("--openai-api-key", default=_env("OPENAI_API_KEY", None))
@@ -80,12 +83,20 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def engine_extra(a: argparse.Namespace) -> dict[str, str]:
+    """Backend options without a field of their own in EngineConfig (see each engine's docstring)."""
+    extra = {"static_cache": "true"} if a.static_cache else {}
+    if a.grammar_kernel:
+        extra["grammar_kernel"] = a.grammar_kernel
+    return extra
+
+
 def config_from_args(a: argparse.Namespace) -> ServerConfig:
     engine = EngineConfig(
         backend=a.backend, adapter=a.adapter, seed=a.seed, max_model_len=a.max_model_len, device=a.device,
         gpu_memory_utilization=a.gpu_memory_utilization, kv_cache_gib=a.kv_cache_gib, max_batch=a.max_batch, max_wait_ms=a.max_wait_ms,
         base_url=a.openai_base_url, api_key=a.openai_api_key, openai_model=a.openai_model,
-        openai_regex=a.openai_regex, extra={"static_cache": "true"} if a.static_cache else {})
+        openai_regex=a.openai_regex, extra=engine_extra(a))
     judge = JudgeSettings(max_tokens_per_component=a.max_tokens_per_component, temperature=a.temperature,
                           max_retries=a.max_retries, constrain=not a.no_constrain)
     limits = Limits(max_candidates=a.max_candidates, max_groups=a.max_groups, max_history_turns=a.max_history_turns,

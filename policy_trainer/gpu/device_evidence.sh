@@ -1,28 +1,23 @@
 #!/usr/bin/env bash
 # GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there; 64 MiB per call).
-# Two consecutive calls of the `run` tool (the second within the machine's 30 s warm window):
+# Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
 #   install  carry .gpu-policy/c1: wheels + the first part of the xz'd default GGUF (SmolLM2-135M-Instruct Q4_1)
-#   run      carry .gpu-policy/c2 + compeer: the second GGUF part and all-MiniLM-L6-v2 stored as int8 rows
-#            -> /tmp/smollm2 (bf16 HF folder), MiniLM dequantised to fp32, reward server (transformers backend,
-#            cuda) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and logs copied to $OUT
+#   bench    carry .gpu-policy/c2 + compeer: prepare (below), then bench.hf_judge_engine (optional call)
+#   run      carry .gpu-policy/c2 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
+#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots
+#            and logs copied to $OUT
+# prepare (once per machine): the second GGUF part and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16
+# HF folder) and MiniLM dequantised to fp32
 set -uo pipefail
 S=/tmp/cp-stage
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-case "${1:?install|run}" in
-install)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .gpu-policy/c1/whl/*.whl || exit 1
-  cp .gpu-policy/c1/gguf.part-* "$S"/
-  nvidia-smi -L
-  python3 -c 'import torch, transformers, peft, trl, datasets, grpc, google.protobuf as pb; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__)'
-  ;;
-run)
-  T0=$(date +%s)
+prepare() {
+  [ -f /tmp/smollm2/config.json ] && [ -f "$S"/minilm-q8/model.safetensors ] && return 0
   cp .gpu-policy/c2/gguf.part-* "$S"/
-  cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || exit 1
+  cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || return 1
   sha256sum "$S"/SmolLM2-135M-Instruct.Q4_1.gguf
-  python3 - <<'PY' || exit 1
+  python3 - <<'PY' || return 1
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 d, f = "/tmp/cp-stage", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,8 +28,8 @@ m.save_pretrained("/tmp/smollm2")
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained("/tmp/smollm2")
 print("converted to /tmp/smollm2")
 PY
-  tar -xJf .gpu-policy/c2/minilm-q8.tar.xz -C "$S" || exit 1
-  python3 - <<'PY' || exit 1
+  tar -xJf .gpu-policy/c2/minilm-q8.tar.xz -C "$S" || return 1
+  python3 - <<'PY' || return 1
 import os, torch
 from safetensors.torch import load_file, save_file
 d = "/tmp/cp-stage/minilm-q8"
@@ -44,22 +39,29 @@ out.update({k[:-3]: (v.float() * q[k[:-3] + ".scale"]).contiguous() for k, v in 
 save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 print("MiniLM dequantised:", len(out), "tensors")
 PY
+}
+
+case "${1:?install|bench|run}" in
+install)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .gpu-policy/c1/whl/*.whl || exit 1
+  cp .gpu-policy/c1/gguf.part-* "$S"/
+  nvidia-smi -L
+  python3 -c 'import torch, transformers, peft, trl, datasets, grpc, google.protobuf as pb; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__)'
+  ;;
+bench)
+  prepare || exit 1
+  python3 -m bench.hf_judge_engine --model /tmp/smollm2 --device cuda ${BENCH_ARGS:-} || exit 1
+  cp bench/results/hf_judge_engine.json "$OUT"/
+  ;;
+run)
+  T0=$(date +%s)
+  prepare || exit 1
   SERVE_ARGS=(serve --backend transformers --model /tmp/smollm2 --device cuda --embedding-model "$S"/minilm-q8
               --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
-  if [ -n "${JUDGE_STATIC_CACHE:-}" ]; then
-    # the engine's static_cache option (EngineConfig.extra) has no CLI flag: set it through the public config API
-    python3 - "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 <<'PY' &
-import asyncio, logging, os, sys
-from reward_server.cli import config_from_args, make_parser
-from reward_server.server import serve
-logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-config = config_from_args(make_parser().parse_args(sys.argv[1:]))
-config.engine.extra["static_cache"] = os.environ["JUDGE_STATIC_CACHE"]
-asyncio.run(serve(config))
-PY
-  else
-    python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
-  fi
+  [ "${JUDGE_STATIC_CACHE:-false}" = true ] && SERVE_ARGS+=(--static-cache)
+  [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && SERVE_ARGS+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
+  python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!
   python3 - <<'PY' || { kill "$SERVER"; exit 1; }
 import time, httpx

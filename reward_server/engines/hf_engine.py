@@ -30,13 +30,15 @@ served judge on an H200 the compiled path raised ``AssertionError`` on every bat
 docs/policy_trainer.md), so the dynamic cache is the default until that is understood.
 
 Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
-the base for speed). ``output_tokens`` counts the EOS token when generation stopped on it (as vLLM does).
+the base for speed); ``grammar_kernel`` (xgrammar's mask kernel, default "auto": Triton on CUDA, native on CPU;
+"torch_native" needs no JIT compiler but is much slower per step on CUDA). ``output_tokens`` counts the EOS token when generation stopped on it (as vLLM does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import gc
 import importlib.util
 import logging
@@ -51,6 +53,15 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+
+# the constrained warm-up probe's pattern (any small grammar: it exercises the mask kernel on the device)
+_WARMUP_REGEX = r"[A-Za-z]{1,8}"
+_GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
+# Every model call of every TransformersEngine in the process (load, warm-up, generate) runs on this one thread.
+# torch.compile's CUDA-graph trees keep their state in thread-local storage set up on the thread that first used
+# them: a graph used from any other thread fails (``assert torch._C._is_key_in_tls(...)``, seen on an H200 when
+# generation hopped between pool threads, and when a second engine started on a thread of its own).
+_MODEL_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-model")
 
 SamplingKey = tuple[float, float, int | None]
 
@@ -85,6 +96,17 @@ class BatchStats:
     output_tokens: int = 0
     batch_sizes: list[int] = field(default_factory=list)
     decode_steps: list[int] = field(default_factory=list)  # new-token positions each generate() call ran
+    # seconds per generate() call: rendering + tokenising + padding, then model.generate() itself
+    prep_s: list[float] = field(default_factory=list)
+    generate_s: list[float] = field(default_factory=list)
+    # constrained calls only (the grammar mask reads each step's tokens, a device sync): seconds from the
+    # generate() start to the first mask call (prefill), then summed over the decoding positions: waiting for the
+    # device to produce the step's tokens, the mask's own host work, and the rest of the host loop (transformers'
+    # generate loop and kernel launches between two mask calls)
+    prefill_s: list[float] = field(default_factory=list)
+    device_wait_s: list[float] = field(default_factory=list)
+    mask_host_s: list[float] = field(default_factory=list)
+    loop_host_s: list[float] = field(default_factory=list)
 
 
 def resolve_device_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
@@ -110,6 +132,7 @@ class TransformersEngine(Engine):
         self.supports_regex = (config.extra.get("constrain", "true").lower() != "false"
                                and importlib.util.find_spec("xgrammar") is not None)
         self._grammar_compiler: Any = None
+        self._grammar_batch: Any = None
         self._grammars: dict[str, Any] = {}
         self._queue: collections.deque[_Request] = collections.deque()
         self._running: list[_Request] = []
@@ -123,6 +146,7 @@ class TransformersEngine(Engine):
         self._started = False
         self._stopping = False
         self._static_cache = False
+        self._grammar_kernel = "auto"
         self.stats = BatchStats()
 
     # ------------------------------------------------------------------ lifecycle
@@ -134,16 +158,18 @@ class TransformersEngine(Engine):
             raise EngineError("transformers engine: config.model_path is empty (pass a local HF folder)")
         if self.config.max_batch < 1 or self.config.max_wait_ms < 0:
             raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
-        await asyncio.to_thread(self._load)
+        await self._on_thread(self._load)
         # warm-up: first-call kernels and allocations at the full batch size on GPU (a first large batch is
         # otherwise several seconds slower). With the static cache, the second call (other prompt and cache
         # lengths) makes torch.compile build its length-dynamic decode graph now rather than on a live batch.
         loop = asyncio.get_running_loop()
         on_gpu = self._device.startswith("cuda")
         for words, new in ([(1, 2), (48, 8)] if self._static_cache and on_gpu else [(1, 2)]):
-            probes = [_Request([{"role": "user", "content": " ".join(["Hi"] * words)}], GenParams(max_tokens=new),
+            # constrained probes too, so a grammar kernel that cannot run on this device fails the start, not every batch
+            params = GenParams(max_tokens=new, regex=_WARMUP_REGEX if self.supports_regex else None)
+            probes = [_Request([{"role": "user", "content": " ".join(["Hi"] * words)}], params,
                                "warmup", loop.create_future()) for _ in range(self.config.max_batch if on_gpu else 1)]
-            await asyncio.to_thread(self._generate_batch, probes)
+            await self._on_thread(self._generate_batch, probes)
         self._wakeup = asyncio.Event()
         self._stopping = False
         self._worker = asyncio.create_task(self._run(), name="transformers-engine-worker")
@@ -180,6 +206,14 @@ class TransformersEngine(Engine):
         self._model, self._tokenizer, self._device, self._eos_ids = model, tok, device, eos_ids
         static = self.config.extra.get("static_cache", "false").lower()
         self._static_cache = static == "true"
+        # the grammar-mask kernel (xgrammar's backend names). "auto" is xgrammar's choice: one Triton kernel on CUDA
+        # (JIT-compiled in the warm-up; needs a host C compiler, as torch.compile does), its native kernel on CPU.
+        # "torch_native" needs no compiler but costs ~7 ms of host time per decoding position on an H200 (several
+        # small ops plus a device sync), the largest share of a constrained step (docs/reward_server.md).
+        kernel = self.config.extra.get("grammar_kernel", "auto")
+        if kernel not in _GRAMMAR_KERNELS:
+            raise EngineError(f"grammar_kernel {kernel!r}: expected one of {', '.join(_GRAMMAR_KERNELS)}")
+        self._grammar_kernel = kernel
 
     async def stop(self) -> None:
         """Stop the worker, fail queued and running requests with :class:`EngineError`, free the model."""
@@ -203,6 +237,10 @@ class TransformersEngine(Engine):
                 import torch
 
                 torch.cuda.empty_cache()
+
+    async def _on_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the process's one model thread (see ``_MODEL_THREAD``)."""
+        return await asyncio.get_running_loop().run_in_executor(_MODEL_THREAD, fn, *args)
 
     def healthy(self) -> bool:
         """Started, not stopped, and the batching worker alive."""
@@ -291,7 +329,7 @@ class TransformersEngine(Engine):
         self.stats.batches += 1
         self.stats.requests += len(batch)
         self.stats.batch_sizes.append(len(batch))
-        self._gen_task = asyncio.ensure_future(asyncio.to_thread(self._generate_batch, batch))
+        self._gen_task = asyncio.ensure_future(self._on_thread(self._generate_batch, batch))
         try:
             results = await asyncio.shield(self._gen_task)
         except Exception as exc:
@@ -328,13 +366,17 @@ class TransformersEngine(Engine):
         rows: list[int] = []
         ids: list[list[int]] = []
         limits: list[int] = []
+        t_prep = time.perf_counter()
+        texts: dict[int, str] = {}
         for i, req in enumerate(batch):
             try:
-                text = tok.apply_chat_template(req.messages, add_generation_prompt=True, tokenize=False)
+                texts[i] = tok.apply_chat_template(req.messages, add_generation_prompt=True, tokenize=False)
             except (ValueError, TypeError, KeyError) as exc:
                 out[i] = EngineError(f"chat template failed: {type(exc).__name__}")
-                continue
-            prompt = tok(text, add_special_tokens=False)["input_ids"]
+        # one tokenizer call for the batch (the fast tokenizer's batch path)
+        encoded = tok(list(texts.values()), add_special_tokens=False)["input_ids"] if texts else []
+        for i, prompt in zip(texts, encoded):
+            req = batch[i]
             room = self.config.max_model_len - len(prompt)
             if room < 1:
                 out[i] = EngineError(f"prompt has {len(prompt)} tokens; max_model_len is {self.config.max_model_len}")
@@ -370,15 +412,24 @@ class TransformersEngine(Engine):
             stop = _RowStop([batch[i] for i in rows], limits + [1] * dummies, prompt_len, self._device,
                             lambda: self._stopping, dummies)
             patterns = [batch[i].params.regex if self.supports_regex else None for i in rows] + [None] * dummies
-            processors = [_GrammarMask([self._grammar(p) for p in patterns], self._vocab_size())] \
-                if any(patterns) else []
+            mask = _GrammarMask([self._grammar(p) for p in patterns], self._vocab_size(), self._grammar_kernel,
+                                self._grammar_batch) if any(patterns) else None
+            t_gen = time.perf_counter()
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
                     torch.manual_seed(params.seed)
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                           generation_config=gen_config,
-                                           stopping_criteria=[stop], logits_processor=processors)
+                                           generation_config=gen_config, stopping_criteria=[stop],
+                                           logits_processor=[mask] if mask is not None else [])
             new = generated[:, prompt_len:].tolist()
+            t_end = time.perf_counter()
+            self.stats.prep_s.append(t_gen - t_prep)
+            self.stats.generate_s.append(t_end - t_gen)
+            if mask is not None and mask.first_call is not None:
+                self.stats.prefill_s.append(mask.first_call - t_gen)
+                self.stats.device_wait_s.append(mask.device_wait)
+                self.stats.mask_host_s.append(mask.host)
+                self.stats.loop_host_s.append(t_end - mask.first_call - mask.device_wait - mask.host)
             self.stats.decode_steps.append(generated.shape[1] - prompt_len)
             eos = set(self._eos_ids)
             for row, i in enumerate(rows):
@@ -408,6 +459,9 @@ class TransformersEngine(Engine):
                 info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size(),
                                                           stop_token_ids=self._eos_ids)
                 self._grammar_compiler = xgr.GrammarCompiler(info)
+                # masks of a batch's rows are filled in parallel: a bounded rationale ([^\n]{1,100}) costs xgrammar
+                # ~0.2 ms per row and position on one core, the largest host cost of a constrained step on a GPU
+                self._grammar_batch = xgr.BatchGrammarMatcher("auto")
             self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
         return self._grammars[pattern]
 
@@ -419,32 +473,48 @@ class _GrammarMask:
     cancelled and now receives padding) is no longer constrained: its output is already final.
     """
 
-    def __init__(self, grammars: list[Any], vocab_size: int) -> None:
+    def __init__(self, grammars: list[Any], vocab_size: int, kernel: str, batch: Any) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
+        self._batch = batch  # the engine's xgrammar BatchGrammarMatcher: fills the rows' masks on several threads
         self._matchers: list[Any] = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
         self._mask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self._kernel: Any = kernel  # one of _GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._first = True
+        # timings (perf_counter seconds) for BatchStats
+        self.first_call: float | None = None
+        self.device_wait = 0.0
+        self.host = 0.0
+
+    def _live(self) -> list[int]:
+        return [i for i, m in enumerate(self._matchers) if m is not None and not m.is_terminated()]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
-        if not self._first:
-            last = input_ids[:, -1].tolist()
-            for i, m in enumerate(self._matchers):
-                if m is not None and not m.is_terminated() and not m.accept_token(last[i]):
+        t0 = time.perf_counter()
+        if self._first:
+            self.first_call = t0
+        else:
+            last = input_ids[:, -1].tolist()  # waits for the device: the step's tokens
+            t1 = time.perf_counter()
+            self.device_wait += t1 - t0
+            t0 = t1
+            rows = self._live()
+            accepted = self._xgr.BatchGrammarMatcher.batch_accept_token([self._matchers[i] for i in rows],
+                                                                        [last[i] for i in rows])
+            for i, ok in zip(rows, accepted):
+                if not ok:
                     self._matchers[i] = None
         self._first = False
-        live = [i for i, m in enumerate(self._matchers) if m is not None and not m.is_terminated()]
-        if not live:
-            return scores
-        self._xgr.reset_token_bitmask(self._mask)
-        for i in live:
-            self._matchers[i].fill_next_token_bitmask(self._mask, i)
-        width = scores.shape[-1]
-        mask = self._mask.to(scores.device)
-        if scores.device.type not in ("cuda", "cpu"):
-            raise EngineError(f"constrained decoding supports cuda and cpu, not {scores.device.type}")
-        self._xgr.apply_token_bitmask_inplace(scores, mask, vocab_size=width)
+        live = self._live()
+        if live:
+            if scores.device.type not in ("cuda", "cpu"):
+                raise EngineError(f"constrained decoding supports cuda and cpu, not {scores.device.type}")
+            self._xgr.reset_token_bitmask(self._mask)
+            self._batch.batch_fill_next_token_bitmask([self._matchers[i] for i in live], self._mask, indices=live)
+            self._xgr.apply_token_bitmask_inplace(scores, self._mask.to(scores.device), vocab_size=scores.shape[-1],
+                                                  backend=self._kernel)
+        self.host += time.perf_counter() - t0
         return scores
 
 

@@ -1,0 +1,168 @@
+"""The transformers judge engine on one device: how long one GRPO step's judging takes (``--groups`` x
+``--group-size`` candidates, unified mode, constrained verdict lines) with the dynamic KV cache and with the
+static (compiled) cache, side by side in one run, against plain batched ``model.generate`` of the same round
+prompts (the hand-written baseline: one call per round, no grammar, no micro-batcher).
+
+    python -m bench.hf_judge_engine --model DIR [--device cuda] [--groups 8] [--group-size 4] [--steps 4]
+
+Each configuration starts its own engine (start time includes its compile warm-up), judges ``--steps`` sets of
+fresh groups (the first set is also timed but reported apart, as ``first_step_s``), and reports the median step
+wall time, generate() calls per step, mean rows per call, decoding positions per call, milliseconds per decoding
+position, and the share of candidates whose every verdict parsed. Writes bench/results/hf_judge_engine.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from bench.common import print_table, write_result
+from bench.judge_throughput import RecordingEngine, make_groups
+from cer.reasoning import parse
+from cer.taxonomy import load_taxonomy
+from reward_server.engines.base import EngineConfig, Message
+from reward_server.engines.hf_engine import TransformersEngine
+from reward_server.judge import Judge, JudgeSettings, load_template
+from reward_server.model_store import resolve_model
+from reward_server.types import JudgeMode
+
+# configuration name -> EngineConfig.extra
+CONFIGS: dict[str, dict[str, str]] = {
+    "dynamic": {},
+    "static": {"static_cache": "true"},
+    "static-torch-native": {"static_cache": "true", "grammar_kernel": "torch_native"},
+}
+
+
+async def engine_phase(model_path: str, device: str, name: str, args: argparse.Namespace
+                       ) -> tuple[dict[str, Any], list[list[list[Message]]]]:
+    """Judge ``args.steps`` fresh sets through one engine; returns figures and, per step, each round's prompts."""
+    config = EngineConfig(backend="transformers", model_path=model_path, device=device, dtype="auto",
+                          max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, extra=dict(CONFIGS[name]))
+    inner = TransformersEngine(config)
+    engine = RecordingEngine(inner)
+    t = time.perf_counter()
+    await engine.start()
+    start_s = time.perf_counter() - t
+    judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
+    walls, calls, rows, positions, step_positions, parsed_ok, n = [], [], [], [], [], 0, 0
+    rounds_by_step: list[list[list[Message]]] = []
+    for step in range(args.steps):
+        groups = make_groups(args.groups, args.group_size, seed=1000 + step)
+        jobs = [(g.history, g.reference, parse(c), JudgeMode.UNIFIED) for g in groups for c in g.candidates]
+        engine.sequences = {}
+        b0, s0 = inner.stats.batches, len(inner.stats.decode_steps)
+        t = time.perf_counter()
+        judgments = await asyncio.gather(*(judge.judge(*j) for j in jobs))
+        walls.append(time.perf_counter() - t)
+        calls.append(inner.stats.batches - b0)
+        rows.extend(inner.stats.batch_sizes[b0:])
+        positions.extend(inner.stats.decode_steps[s0:])
+        step_positions.append(sum(inner.stats.decode_steps[s0:]))
+        parsed_ok += sum(1 for j in judgments if all(j.verdicts.get(c) is not None for c in j.judged))
+        n += len(judgments)
+        seqs = list(engine.sequences.values())
+        rounds_by_step.append([seq[r][0] for r in range(min(len(s) for s in seqs)) for seq in seqs])
+    await engine.stop()
+    st = inner.stats
+    first = len(st.prep_s) - len(positions) + calls[0]  # this engine's calls after the first (timed apart) step
+    per_call = {"prep_ms_per_call": st.prep_s, "generate_ms_per_call": st.generate_s, "prefill_ms_per_call": st.prefill_s}
+    per_position = {"device_wait_ms_per_position": st.device_wait_s, "mask_host_ms_per_position": st.mask_host_s,
+                    "loop_host_ms_per_position": st.loop_host_s}
+    steady_positions = sum(st.decode_steps[first:]) or 1
+    breakdown = {k: 1000 * statistics.mean(v[first:]) for k, v in per_call.items() if v[first:]}
+    breakdown |= {k: 1000 * sum(v[first:]) / steady_positions for k, v in per_position.items() if v[first:]}
+    steady = walls[1:] or walls
+    figures = {
+        "start_s": start_s,
+        "first_step_s": walls[0],
+        "step_s_median": statistics.median(steady),
+        "generate_calls_per_step": statistics.mean(calls),
+        "rows_per_call_mean": statistics.mean(rows),
+        "positions_per_call_mean": statistics.mean(positions),
+        "ms_per_position": 1000 * sum(steady) / max(1, sum(step_positions[len(walls) - len(steady):])),
+        "all_verdicts_parsed": parsed_ok / n,
+        **breakdown,
+    }
+    return figures, rounds_by_step
+
+
+def plain_generate_phase(model_path: str, device: str, rounds: list[list[Message]], per_round: int) -> float:
+    """Plain batched ``model.generate`` of one step's round prompts: one call per round (greedy, 96 new tokens,
+    dynamic cache, no grammar). A real judge needs round k's answer in round k+1's prompt, so this is a floor, not
+    a judge. Returns the wall time of the step."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reward_server.engines.hf_engine import resolve_device_dtype
+
+    dev, dtype = resolve_device_dtype(device, "auto")
+    tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+    tok.padding_side = "left"
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, local_files_only=True)
+    model = model.to(dev).eval()
+    chunks = [rounds[i:i + per_round] for i in range(0, len(rounds), per_round)]
+
+    def run(chunk: list[list[Message]]) -> None:
+        texts = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False)  # type: ignore[arg-type]
+                 for m in chunk]
+        enc = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt").to(dev)
+        with torch.inference_mode():
+            model.generate(**enc, max_new_tokens=96, do_sample=False, pad_token_id=tok.pad_token_id)
+
+    run(chunks[0])  # warm-up
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for chunk in chunks:
+        run(chunk)
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="default", help="HF folder of the judge (default: the embedded SmolLM2)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--groups", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=4, help="sets of fresh groups per configuration (>= 2)")
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--configs", default="dynamic,static", help=f"comma list of {', '.join(CONFIGS)}")
+    args = p.parse_args(argv)
+    unknown = set(args.configs.split(",")) - set(CONFIGS)
+    if unknown:
+        p.error(f"--configs: unknown {', '.join(sorted(unknown))}; expected {', '.join(CONFIGS)}")
+    if args.steps < 2:
+        p.error("--steps must be >= 2 (the first set is reported apart)")
+    model_path = resolve_model(args.model).path
+    results: dict[str, Any] = {"groups": args.groups, "group_size": args.group_size, "steps": args.steps}
+    rounds: list[list[Message]] = []
+    for name in args.configs.split(","):
+        figures, by_step = asyncio.run(engine_phase(model_path, args.device, name, args))
+        results[name] = figures
+        rounds = rounds or by_step[-1]
+        print_table(f"transformers engine, {name} cache", [(k, v, "") for k, v in figures.items()])
+    plain = plain_generate_phase(model_path, args.device, rounds, args.groups * args.group_size)
+    results["plain_generate_step_s"] = plain
+    rows = [("plain_generate_step_s (floor: no grammar, no round dependency)", plain, "")]
+    for name in args.configs.split(","):
+        ratio = plain / results[name]["step_s_median"]
+        results[f"{name}_vs_plain_generate"] = ratio
+        rows.append((f"{name}_vs_plain_generate (speed ratio)", ratio, ""))
+    if "dynamic" in results and "static" in results:
+        results["static_vs_dynamic"] = results["dynamic"]["step_s_median"] / results["static"]["step_s_median"]
+        rows.append(("static_vs_dynamic (speed ratio)", results["static_vs_dynamic"], ""))
+    print_table("one GRPO step's judging", rows)
+    print("wrote", write_result("hf_judge_engine", results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
