@@ -42,6 +42,7 @@ import concurrent.futures
 import gc
 import importlib.util
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -460,8 +461,10 @@ class TransformersEngine(Engine):
                                                           stop_token_ids=self._eos_ids)
                 self._grammar_compiler = xgr.GrammarCompiler(info)
                 # masks of a batch's rows are filled in parallel: a bounded rationale ([^\n]{1,100}) costs xgrammar
-                # ~0.2 ms per row and position on one core, the largest host cost of a constrained step on a GPU
-                self._grammar_batch = xgr.BatchGrammarMatcher("auto")
+                # 0.2-0.6 ms per row and position on one core, the largest host cost of a constrained step on a GPU
+                # (bench/grammar_fill.py). Threads: half the CPUs this process may use, at most 8 ("auto" counts
+                # the host's CPUs, not the container's).
+                self._grammar_batch = xgr.BatchGrammarMatcher(max(1, min(8, len(os.sched_getaffinity(0)) // 2)))
             self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
         return self._grammars[pattern]
 
