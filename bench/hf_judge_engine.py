@@ -85,6 +85,7 @@ async def engine_phase(model_path: str, device: str, name: str, args: argparse.N
         "positions_per_call_mean": statistics.mean(positions),
         "ms_per_position": 1000 * sum(steady) / max(1, sum(step_positions[len(walls) - len(steady):])),
         "all_verdicts_parsed": parsed_ok / n,
+        "untapped_positions": st.untapped_positions,
         **breakdown,
     }
     return figures, rounds_by_step

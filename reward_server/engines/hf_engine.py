@@ -108,6 +108,8 @@ class BatchStats:
     device_wait_s: list[float] = field(default_factory=list)
     mask_host_s: list[float] = field(default_factory=list)
     loop_host_s: list[float] = field(default_factory=list)
+    # constrained positions whose tokens the mask had to read itself (no tap for the step; expected 0)
+    untapped_positions: int = 0
 
 
 def resolve_device_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
@@ -420,8 +422,9 @@ class TransformersEngine(Engine):
                 if not greedy and params.seed is not None:
                     torch.manual_seed(params.seed)
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                           generation_config=gen_config, stopping_criteria=[stop],
-                                           logits_processor=[mask] if mask is not None else [])
+                                           generation_config=gen_config,
+                                           stopping_criteria=[stop] if mask is None else [stop, mask.tap],
+                                           logits_processor=[] if mask is None else [mask])
             new = generated[:, prompt_len:].tolist()
             t_end = time.perf_counter()
             self.stats.prep_s.append(t_gen - t_prep)
@@ -431,6 +434,7 @@ class TransformersEngine(Engine):
                 self.stats.device_wait_s.append(mask.device_wait)
                 self.stats.mask_host_s.append(mask.host)
                 self.stats.loop_host_s.append(t_end - mask.first_call - mask.device_wait - mask.host)
+                self.stats.untapped_positions += mask.untapped
             self.stats.decode_steps.append(generated.shape[1] - prompt_len)
             eos = set(self._eos_ids)
             for row, i in enumerate(rows):
@@ -474,6 +478,11 @@ class _GrammarMask:
 
     Rows without a grammar are left free. A row that leaves its grammar (it was stopped by its own ``max_tokens`` or
     cancelled and now receives padding) is no longer constrained: its output is already final.
+
+    ``tap`` is registered as a stopping criterion (it never stops a row): it queues a copy of each newly appended
+    token column to the host before the next forward pass is queued, so the next mask call reads the tokens as soon
+    as that copy lands and fills the masks on the host while the device runs the forward pass, instead of waiting
+    for the forward pass to finish. Without a tap for the step the call reads the tokens itself (``untapped``).
     """
 
     def __init__(self, grammars: list[Any], vocab_size: int, kernel: str, batch: Any) -> None:
@@ -484,21 +493,50 @@ class _GrammarMask:
         self._matchers: list[Any] = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
         self._mask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
         self._kernel: Any = kernel  # one of _GRAMMAR_KERNELS (xgrammar types it as a Literal)
-        self._first = True
-        # timings (perf_counter seconds) for BatchStats
+        self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
+        self._taps = 0  # token columns tapped so far
+        self._tapped: Any = None  # host copy of the last tapped column (pinned on CUDA)
+        self._tap_done: Any = None  # CUDA event recorded after that copy
+        self._never: Any = None  # the tap's "no row stops" answer, allocated once
+        # timings (perf_counter seconds) and counters for BatchStats
         self.first_call: float | None = None
         self.device_wait = 0.0
         self.host = 0.0
+        self.untapped = 0
+
+    def tap(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        """Stopping-criterion hook: queue the host copy of the tokens just appended; never stops a row."""
+        import torch
+
+        column = input_ids[:, -1]
+        if self._never is None:
+            self._never = torch.zeros(column.shape, dtype=torch.bool, device=column.device)
+            if column.is_cuda:
+                self._tapped = torch.empty(column.shape, dtype=column.dtype, pin_memory=True)
+                self._tap_done = torch.cuda.Event()
+        if column.is_cuda:
+            self._tapped.copy_(column, non_blocking=True)
+            self._tap_done.record()
+        else:
+            self._tapped = column.clone()
+        self._taps += 1
+        return self._never
 
     def _live(self) -> list[int]:
         return [i for i, m in enumerate(self._matchers) if m is not None and not m.is_terminated()]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         t0 = time.perf_counter()
-        if self._first:
+        if self._calls == 0:
             self.first_call = t0
         else:
-            last = input_ids[:, -1].tolist()  # waits for the device: the step's tokens
+            if self._taps == self._calls:  # the tap saw this step's tokens
+                if self._tap_done is not None:
+                    self._tap_done.synchronize()  # the copy only, queued before this step's forward pass
+                last = self._tapped.tolist()
+            else:
+                last = input_ids[:, -1].tolist()  # waits for the device, this step's forward pass included
+                self.untapped += 1
             t1 = time.perf_counter()
             self.device_wait += t1 - t0
             t0 = t1
@@ -508,7 +546,7 @@ class _GrammarMask:
             for i, ok in zip(rows, accepted):
                 if not ok:
                     self._matchers[i] = None
-        self._first = False
+        self._calls += 1
         live = self._live()
         if live:
             if scores.device.type not in ("cuda", "cpu"):

@@ -122,6 +122,7 @@ async def test_regex_constrains_each_row_of_a_mixed_batch(hf_engine: Transformer
         hf_engine.generate(_chat(2), GenParams(max_tokens=6), "g-free"),
         hf_engine.generate(_chat(3), GenParams(max_tokens=3, regex=step), "g-cut"))
     assert hf_engine.stats.batches - before == 1  # different patterns share one generate() call
+    assert hf_engine.stats.untapped_positions == 0  # every step's tokens reached the mask through its tap
     assert re.fullmatch(step, a.text), a.text
     assert re.fullmatch(pref, b.text), b.text
     assert not re.fullmatch(step, free.text)
