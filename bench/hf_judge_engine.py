@@ -54,12 +54,12 @@ async def engine_phase(model_path: str, device: str, name: str, args: argparse.N
         groups = make_groups(args.groups, args.group_size, seed=1000 + step)
         jobs = [(g.history, g.reference, parse(c), JudgeMode.UNIFIED) for g in groups for c in g.candidates]
         engine.sequences = {}
-        b0, s0 = inner.stats.batches, len(inner.stats.decode_steps)
+        b0, z0, s0 = inner.stats.batches, len(inner.stats.batch_sizes), len(inner.stats.decode_steps)
         t = time.perf_counter()
         judgments = await asyncio.gather(*(judge.judge(*j) for j in jobs))
         walls.append(time.perf_counter() - t)
         calls.append(inner.stats.batches - b0)
-        rows.extend(inner.stats.batch_sizes[b0:])
+        rows.extend(inner.stats.batch_sizes[z0:])
         positions.extend(inner.stats.decode_steps[s0:])
         step_positions.append(sum(inner.stats.decode_steps[s0:]))
         parsed_ok += sum(1 for j in judgments if all(j.verdicts.get(c) is not None for c in j.judged))

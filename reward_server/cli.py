@@ -13,6 +13,7 @@ from typing import Any
 from reward_server.config import CACHE_KINDS, ServerConfig
 from reward_server.engines import BACKENDS
 from reward_server.engines.base import EngineConfig
+from reward_server.engines.hf_engine import GRAMMAR_KERNELS
 from reward_server.judge import DEFAULT_TEMPLATE, JudgeSettings
 from reward_server.types import JudgeMode, Limits
 
@@ -64,7 +65,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--static-cache", action="store_true",
                    help="transformers backend on CUDA: static KV cache + torch.compile (see docs/reward_server.md)")
     s.add_argument("--grammar-kernel", default=None,
-                   choices=["auto", "cpu", "cuda", "triton", "torch_compile", "torch_native"],
+                   choices=GRAMMAR_KERNELS,
                    help="transformers backend: xgrammar's verdict-mask kernel (default torch_native on CUDA, auto on CPU)")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="transformers backend micro-batch wait")
     s.add_argument("--openai-base-url", default=_env("OPENAI_BASE_URL", None))

@@ -48,8 +48,8 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 
@@ -60,7 +60,8 @@ log = logging.getLogger(__name__)
 
 # the constrained warm-up probe's pattern (any small grammar: it exercises the mask kernel on the device)
 _WARMUP_REGEX = r"[A-Za-z]{1,8}"
-_GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
+# xgrammar's names of its mask kernels (the "grammar_kernel" option)
+GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
 # Every model call of every TransformersEngine in the process (load, warm-up, generate) runs on this one thread.
 # torch.compile's CUDA-graph trees keep their state in thread-local storage set up on the thread that first used
 # them: a graph used from any other thread fails (``assert torch._C._is_key_in_tls(...)``, seen on an H200 when
@@ -92,7 +93,13 @@ class _Request:
 
 @dataclass
 class BatchStats:
-    """Counters of the micro-batcher (tests and benchmarks read them)."""
+    """Counters of the micro-batcher (tests and benchmarks read them).
+
+    The per-call lists keep the latest calls only: once a list holds ``2 * keep`` entries, ``trim`` drops all but
+    the last ``keep`` (a long-running server must not grow without bound).
+    """
+
+    keep: ClassVar[int] = 50_000
 
     batches: int = 0
     requests: int = 0
@@ -103,16 +110,23 @@ class BatchStats:
     # seconds per generate() call: rendering + tokenising + padding, then model.generate() itself
     prep_s: list[float] = field(default_factory=list)
     generate_s: list[float] = field(default_factory=list)
-    # constrained calls only (the grammar mask reads each step's tokens, a device sync): seconds from the
-    # generate() start to the first mask call (prefill), then summed over the decoding positions: waiting for the
-    # device to produce the step's tokens, the mask's own host work, and the rest of the host loop (transformers'
-    # generate loop and kernel launches between two mask calls)
+    # constrained calls only: seconds from the generate() start to the first mask call (prefill), then summed over
+    # the decoding positions: waiting for the step's tokens on the host, the mask's own host work (xgrammar, the
+    # mask's copy to the device and its apply), and the rest of the host loop (transformers' generate loop and
+    # kernel launches between two mask calls)
     prefill_s: list[float] = field(default_factory=list)
     device_wait_s: list[float] = field(default_factory=list)
     mask_host_s: list[float] = field(default_factory=list)
     loop_host_s: list[float] = field(default_factory=list)
     # constrained positions whose tokens the mask had to read itself (no tap for the step; expected 0)
     untapped_positions: int = 0
+
+    def trim(self) -> None:
+        """Drop all but the latest ``keep`` entries of each per-call list that holds ``2 * keep`` or more."""
+        for f in fields(self):
+            values = getattr(self, f.name)
+            if isinstance(values, list) and len(values) >= 2 * self.keep:
+                del values[:-self.keep]
 
 
 def resolve_device_dtype(device: str, dtype: str) -> tuple[str, torch.dtype]:
@@ -216,8 +230,8 @@ class TransformersEngine(Engine):
         # (JIT-compiled in the warm-up; needs a host C compiler, as torch.compile does), its native kernel on CPU.
         # "torch_native" (a few torch ops) needs no compiler; on an H200 it judged within 5% of Triton's time.
         kernel = self.config.extra.get("grammar_kernel", "auto")
-        if kernel not in _GRAMMAR_KERNELS:
-            raise EngineError(f"grammar_kernel {kernel!r}: expected one of {', '.join(_GRAMMAR_KERNELS)}")
+        if kernel not in GRAMMAR_KERNELS:
+            raise EngineError(f"grammar_kernel {kernel!r}: expected one of {', '.join(GRAMMAR_KERNELS)}")
         self._grammar_kernel = kernel
 
     async def stop(self) -> None:
@@ -349,6 +363,7 @@ class TransformersEngine(Engine):
         finally:
             self._gen_task = None
             self._running = []
+            self.stats.trim()
         for req, result in zip(batch, results):
             if req.future.done():
                 continue
@@ -494,7 +509,7 @@ class _GrammarMask:
         self._batch = batch  # the engine's xgrammar BatchGrammarMatcher: fills the rows' masks on several threads
         self._matchers: list[Any] = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
         self._mask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
-        self._kernel: Any = kernel  # one of _GRAMMAR_KERNELS (xgrammar types it as a Literal)
+        self._kernel: Any = kernel  # one of GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
         self._taps = 0  # token columns tapped so far
         self._tapped: Any = None  # host copy of the last tapped column (pinned on CUDA)

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from reward_server.engines import create_engine
 from reward_server.engines.base import EngineConfig, EngineError, GenParams, GenResult
 from reward_server.engines.fake import FakeEngine
-from reward_server.engines.hf_engine import TransformersEngine, resolve_device_dtype, sampling_key
+from reward_server.engines.hf_engine import BatchStats, TransformersEngine, resolve_device_dtype, sampling_key
 from reward_server.engines.openai_engine import OpenAIEngine
 
 SECRET = "my-secret-dialogue-text"
@@ -180,6 +180,26 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
                                   for i, c in enumerate(chats)))
     assert [r.text for r in got] == [r.text for r in want]
     assert [r.output_tokens for r in got] == [r.output_tokens for r in want]
+
+
+@needs_model
+async def test_unknown_grammar_kernel_fails_the_start_naming_the_option() -> None:
+    engine = TransformersEngine(_hf_config(extra={"grammar_kernel": "warp"}))
+    with pytest.raises(EngineError, match="grammar_kernel 'warp': expected one of auto, "):
+        await engine.start()
+    assert not engine.healthy()
+
+
+def test_batch_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BatchStats, "keep", 3)
+    stats = BatchStats(batches=6)
+    stats.batch_sizes.extend(range(5))
+    stats.prep_s.extend([0.5] * 2)
+    stats.trim()
+    assert stats.batch_sizes == [0, 1, 2, 3, 4] and stats.prep_s == [0.5, 0.5]  # under 2 x keep: untouched
+    stats.batch_sizes.append(5)
+    stats.trim()
+    assert stats.batch_sizes == [3, 4, 5] and stats.batches == 6  # counters are never trimmed
 
 
 @needs_model
