@@ -34,7 +34,8 @@ Constrained steps on GPU: each step's tokens are tapped to the host before the n
 
 Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
 the base for speed); ``grammar_kernel`` (xgrammar's mask kernel, default "auto": Triton on CUDA, native on CPU;
-"torch_native" needs no JIT compiler and judged within 5% of Triton's time on an H200). ``output_tokens`` counts the EOS token when generation stopped on it (as vLLM does).
+"torch_native" needs no JIT compiler and judged within 5% of Triton's time on an H200). ``output_tokens`` counts the
+EOS token when generation stopped on it (as vLLM does).
 """
 
 from __future__ import annotations
