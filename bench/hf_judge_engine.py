@@ -50,7 +50,15 @@ async def engine_phase(model_path: str, device: str, name: str, args: argparse.N
     judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
     walls, calls, rows, positions, step_positions, parsed_ok, n = [], [], [], [], [], 0, 0
     rounds_by_step: list[list[list[Message]]] = []
+    timing_lists = {"prep_ms_per_call": inner.stats.prep_s, "generate_ms_per_call": inner.stats.generate_s,
+                    "prefill_ms_per_call": inner.stats.prefill_s,
+                    "device_wait_ms_per_position": inner.stats.device_wait_s,
+                    "mask_host_ms_per_position": inner.stats.mask_host_s,
+                    "loop_host_ms_per_position": inner.stats.loop_host_s}
+    steady_from: dict[str, int] = {}  # each timing list's length when the steady (second) step began
     for step in range(args.steps):
+        if step == 1:
+            steady_from = {k: len(v) for k, v in timing_lists.items()}
         groups = make_groups(args.groups, args.group_size, seed=1000 + step)
         jobs = [(g.history, g.reference, parse(c), JudgeMode.UNIFIED) for g in groups for c in g.candidates]
         engine.sequences = {}
@@ -67,15 +75,13 @@ async def engine_phase(model_path: str, device: str, name: str, args: argparse.N
         seqs = list(engine.sequences.values())
         rounds_by_step.append([seq[r][0] for r in range(min(len(s) for s in seqs)) for seq in seqs])
     await engine.stop()
-    st = inner.stats
-    first = len(st.prep_s) - len(positions) + calls[0]  # this engine's calls after the first (timed apart) step
-    per_call = {"prep_ms_per_call": st.prep_s, "generate_ms_per_call": st.generate_s, "prefill_ms_per_call": st.prefill_s}
-    per_position = {"device_wait_ms_per_position": st.device_wait_s, "mask_host_ms_per_position": st.mask_host_s,
-                    "loop_host_ms_per_position": st.loop_host_s}
-    steady_positions = sum(st.decode_steps[first:]) or 1
-    breakdown = {k: 1000 * statistics.mean(v[first:]) for k, v in per_call.items() if v[first:]}
-    breakdown |= {k: 1000 * sum(v[first:]) / steady_positions for k, v in per_position.items() if v[first:]}
-    steady = walls[1:] or walls
+    steady = walls[1:]
+    steady_positions = sum(step_positions[1:]) or 1
+    breakdown: dict[str, float] = {}
+    for k, values in timing_lists.items():
+        tail = values[steady_from[k]:]
+        if tail:
+            breakdown[k] = 1000 * (statistics.mean(tail) if k.endswith("_per_call") else sum(tail) / steady_positions)
     figures = {
         "start_s": start_s,
         "first_step_s": walls[0],
@@ -83,9 +89,9 @@ async def engine_phase(model_path: str, device: str, name: str, args: argparse.N
         "generate_calls_per_step": statistics.mean(calls),
         "rows_per_call_mean": statistics.mean(rows),
         "positions_per_call_mean": statistics.mean(positions),
-        "ms_per_position": 1000 * sum(steady) / max(1, sum(step_positions[len(walls) - len(steady):])),
+        "ms_per_position": 1000 * sum(steady) / steady_positions,
         "all_verdicts_parsed": parsed_ok / n,
-        "untapped_positions": st.untapped_positions,
+        "untapped_positions": inner.stats.untapped_positions,
         **breakdown,
     }
     return figures, rounds_by_step
