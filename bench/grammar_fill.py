@@ -1,6 +1,7 @@
-"""Host cost of the judge's verdict grammar per decoding position: xgrammar mask fills for a batch of rows, one row
-at a time vs xgrammar's BatchGrammarMatcher on N threads, for the bounded rationale pattern the judge uses and an
-unbounded one. Side by side in one run on this machine's CPU.
+"""Host cost of the judge's verdict grammar per decoding position: the masks of a batch of rows filled by xgrammar
+(one row at a time, and its BatchGrammarMatcher on N threads) and by llguidance (its LLExecutor on N threads, the
+transformers engine's default), for the bounded rationale pattern the judge uses and an unbounded one. Side by side
+in one run on this machine's CPU; the mean and the worst position.
 
     python -m bench.grammar_fill [--model DIR] [--rows 32] [--threads 1,2,4,8]
 """
@@ -20,12 +21,13 @@ _ANSWER = ("Rationale: The analysis names the seeker's core issue and the right 
            "Verdict: True")
 
 
-def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int, threads: int | None) -> float:
-    """Mean milliseconds per position to fill ``rows`` masks (``threads`` None: one matcher call per row)."""
+def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int,
+            threads: int | None) -> tuple[float, float]:
+    """xgrammar: mean and worst milliseconds per position to fill ``rows`` masks (``threads`` None: row by row)."""
     matchers = [xgr.GrammarMatcher(grammar) for _ in range(rows)]
     mask = xgr.allocate_token_bitmask(rows, vocab)
     batch = xgr.BatchGrammarMatcher(threads) if threads else None
-    total = 0.0
+    times = []
     for tok in tokens:
         t = time.perf_counter()
         if batch is None:
@@ -33,11 +35,30 @@ def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int, th
                 m.fill_next_token_bitmask(mask, i)
         else:
             batch.batch_fill_next_token_bitmask(matchers, mask)
-        total += time.perf_counter() - t
+        times.append(time.perf_counter() - t)
         for m in matchers:
             if not m.accept_token(tok):
                 raise RuntimeError("the sample answer does not match the grammar")
-    return 1000 * total / len(tokens)
+    return 1000 * sum(times) / len(times), 1000 * max(times)
+
+
+def guidance_fill_ms(start: Any, tokens: list[int], rows: int, vocab: int, threads: int) -> tuple[float, float]:
+    """llguidance: the same figures, ``rows`` copies of the start-state matcher filled on ``threads`` threads."""
+    import llguidance
+    import llguidance.torch
+
+    matchers = [start.deep_copy() for _ in range(rows)]
+    mask = llguidance.torch.allocate_token_bitmask(rows, vocab)
+    executor = llguidance.LLExecutor(threads)
+    times = []
+    for tok in tokens:
+        t = time.perf_counter()
+        llguidance.torch.fill_next_token_bitmask_par(executor, [(m, i) for i, m in enumerate(matchers)], mask)
+        times.append(time.perf_counter() - t)
+        for m in matchers:
+            if not m.consume_token(tok):
+                raise RuntimeError("the sample answer does not match the grammar")
+    return 1000 * sum(times) / len(times), 1000 * max(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=32)
     p.add_argument("--threads", default="1,2,4,8")
     args = p.parse_args(argv)
+    import llguidance
+    import llguidance.hf
     import xgrammar as xgr
     from transformers import AutoConfig, AutoTokenizer
 
@@ -54,22 +77,34 @@ def main(argv: list[str] | None = None) -> int:
     vocab = int(AutoConfig.from_pretrained(path, local_files_only=True).vocab_size)
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab,
                                                                       stop_token_ids=[tok.eos_token_id]))
+    lltok = llguidance.hf.from_tokenizer(tok, n_vocab=vocab, eos_token=[tok.eos_token_id])
     tokens = tok(_ANSWER, add_special_tokens=False)["input_ids"]
     bounded = round_regex(("step1",), JudgeSettings().rationale_max_chars)
     patterns = {"bounded": bounded, "unbounded": bounded.replace(
         f"{{1,{JudgeSettings().rationale_max_chars}}}", "+")}
+    threads = [int(x) for x in args.threads.split(",")]
     results: dict[str, Any] = {"rows": args.rows, "positions": len(tokens), "cpus": len(os.sched_getaffinity(0))}
     rows = []
     for name, pattern in patterns.items():
         grammar = compiler.compile_regex(pattern)
-        per_row = fill_ms(xgr, grammar, tokens, args.rows, vocab, None)
+        per_row, worst = fill_ms(xgr, grammar, tokens, args.rows, vocab, None)
         results[f"{name}_per_row_ms"] = per_row
-        rows.append((f"{name}: one call per row (ms/position)", per_row, ""))
-        for n in [int(x) for x in args.threads.split(",")]:
-            ms = fill_ms(xgr, grammar, tokens, args.rows, vocab, n)
+        results[f"{name}_per_row_worst_ms"] = worst
+        rows.append((f"{name}, xgrammar one row at a time (ms/position; worst)", per_row, f"{worst:.2f}"))
+        start = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_regex(pattern))
+        for n in threads:
+            ms, worst = fill_ms(xgr, grammar, tokens, args.rows, vocab, n)
             results[f"{name}_batch_{n}_threads_ms"] = ms
-            rows.append((f"{name}: BatchGrammarMatcher, {n} threads (ms/position)", ms, f"x{per_row / ms:.2f}"))
-    print_table(f"xgrammar mask fill, {args.rows} rows, {results['cpus']} CPUs", rows)
+            results[f"{name}_batch_{n}_threads_worst_ms"] = worst
+            rows.append((f"{name}, xgrammar BatchGrammarMatcher {n} threads (ms/position; worst)", ms,
+                         f"{worst:.2f}"))
+            gms, gworst = guidance_fill_ms(start, tokens, args.rows, vocab, n)
+            results[f"{name}_guidance_{n}_threads_ms"] = gms
+            results[f"{name}_guidance_{n}_threads_worst_ms"] = gworst
+            results[f"{name}_guidance_vs_xgrammar_{n}_threads"] = ms / gms
+            rows.append((f"{name}, llguidance LLExecutor {n} threads (ms/position; worst)", gms, f"{gworst:.2f}"))
+            rows.append((f"{name}, {n} threads: xgrammar / llguidance (ratio of ms)", ms / gms, ""))
+    print_table(f"grammar mask fill, {args.rows} rows, {results['cpus']} CPUs", rows)
     print("wrote", write_result("grammar_fill", results))
     return 0
 

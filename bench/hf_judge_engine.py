@@ -1,7 +1,8 @@
 """The transformers judge engine on one device: how long one GRPO step's judging takes (``--groups`` x
 ``--group-size`` candidates, unified mode, constrained verdict lines) with the dynamic KV cache and with the
 static (compiled) cache, side by side in one run, against plain batched ``model.generate`` of the same round
-prompts (the hand-written baseline: one call per round, no grammar, no micro-batcher).
+prompts (the hand-written baseline: one call per round, no grammar, no micro-batcher). Configurations name the
+engine options: the grammar backend is llguidance unless the name says xgrammar.
 
     python -m bench.hf_judge_engine --model DIR [--device cuda] [--groups 8] [--group-size 4] [--steps 4]
 
@@ -34,6 +35,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "dynamic": {},
     "static": {"static_cache": "true"},
     "static-torch-native": {"static_cache": "true", "grammar_kernel": "torch_native"},
+    "static-xgrammar": {"static_cache": "true", "grammar_backend": "xgrammar"},
 }
 
 
@@ -166,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if "dynamic" in results and "static" in results:
         results["static_vs_dynamic"] = results["dynamic"]["step_s_median"] / results["static"]["step_s_median"]
         rows.append(("static_vs_dynamic (speed ratio)", results["static_vs_dynamic"], ""))
+    if "static-xgrammar" in results and "static" in results:
+        ratio = results["static-xgrammar"]["step_s_median"] / results["static"]["step_s_median"]
+        results["guidance_vs_xgrammar"] = ratio
+        rows.append(("guidance_vs_xgrammar (speed ratio, static cache; llguidance is the default)", ratio, ""))
     print_table("one GRPO step's judging", rows)
     print("wrote", write_result("hf_judge_engine", results))
     return 0

@@ -13,7 +13,7 @@ from typing import Any
 from reward_server.config import CACHE_KINDS, ServerConfig
 from reward_server.engines import BACKENDS
 from reward_server.engines.base import EngineConfig
-from reward_server.engines.hf_engine import GRAMMAR_KERNELS
+from reward_server.engines.hf_engine import GRAMMAR_BACKENDS, GRAMMAR_KERNELS
 from reward_server.judge import DEFAULT_TEMPLATE, JudgeSettings
 from reward_server.types import JudgeMode, Limits
 
@@ -64,9 +64,11 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-batch", type=int, default=32, help="transformers backend micro-batch size")
     s.add_argument("--static-cache", action="store_true",
                    help="transformers backend on CUDA: static KV cache + torch.compile (see docs/reward_server.md)")
+    s.add_argument("--grammar-backend", default=None, choices=tuple(GRAMMAR_BACKENDS),
+                   help="transformers backend: the library that computes the verdict masks (default guidance)")
     s.add_argument("--grammar-kernel", default=None,
                    choices=GRAMMAR_KERNELS,
-                   help="transformers backend: xgrammar's verdict-mask kernel (default torch_native on CUDA, auto on CPU)")
+                   help="transformers backend: xgrammar's mask-apply kernel (default auto: Triton on CUDA, native on CPU)")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="transformers backend micro-batch wait")
     s.add_argument("--openai-base-url", default=_env("OPENAI_BASE_URL", None))
     s.add_argument("--openai-api-key", default=_env("OPENAI_API_KEY", None))
@@ -89,6 +91,8 @@ def engine_extra(a: argparse.Namespace) -> dict[str, str]:
     extra = {"static_cache": "true"} if a.static_cache else {}
     if a.grammar_kernel:
         extra["grammar_kernel"] = a.grammar_kernel
+    if a.grammar_backend:
+        extra["grammar_backend"] = a.grammar_backend
     return extra
 
 

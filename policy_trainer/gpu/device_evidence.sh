@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there; 64 MiB per call).
+# The staging folders are built here by policy_trainer/gpu/stage.sh.
 # Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
 #   install  carry .gpu-policy/c1: wheels + the first part of the xz'd default GGUF (SmolLM2-135M-Instruct Q4_1)
-#   bench    carry .gpu-policy/c2 + compeer: prepare (below), then bench.hf_judge_engine (optional call)
-#   run      carry .gpu-policy/c2 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
-#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots
+#   stage    carry .gpu-policy/c2: the other GGUF parts
+#   bench    carry .gpu-policy/c3 + compeer: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
+#            (optional call)
+#   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
+#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend $JUDGE_GRAMMAR_BACKEND when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots
 #            and logs copied to $OUT
-# prepare (once per machine): the second GGUF part and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16
-# HF folder) and MiniLM dequantised to fp32
+# prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
+# folder) and MiniLM dequantised to fp32
 set -uo pipefail
 S=/tmp/cp-stage
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 prepare() {
   [ -f /tmp/smollm2/config.json ] && [ -f "$S"/minilm-q8/model.safetensors ] && return 0
-  cp .gpu-policy/c2/gguf.part-* "$S"/
+  [ -f "$S"/gguf.part-00 ] && [ -f "$S"/gguf.part-01 ] || { echo "run install and stage first" >&2; return 1; }
+  echo "GGUF sha256 expected: ${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}"
   cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || return 1
   sha256sum "$S"/SmolLM2-135M-Instruct.Q4_1.gguf
   python3 - <<'PY' || return 1
@@ -28,7 +32,7 @@ m.save_pretrained("/tmp/smollm2")
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained("/tmp/smollm2")
 print("converted to /tmp/smollm2")
 PY
-  tar -xJf .gpu-policy/c2/minilm-q8.tar.xz -C "$S" || return 1
+  tar -xJf .gpu-policy/c3/minilm-q8.tar.xz -C "$S" || return 1
   python3 - <<'PY' || return 1
 import os, torch
 from safetensors.torch import load_file, save_file
@@ -41,18 +45,22 @@ print("MiniLM dequantised:", len(out), "tensors")
 PY
 }
 
-case "${1:?install|bench|run}" in
+case "${1:?install|stage|bench|run}" in
 install)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu-policy/c1/whl/*.whl || exit 1
   cp .gpu-policy/c1/gguf.part-* "$S"/
   nvidia-smi -L
-  python3 -c 'import torch, transformers, peft, trl, datasets, grpc, google.protobuf as pb; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__)'
+  python3 -c 'import torch, transformers, peft, trl, datasets, grpc, llguidance, xgrammar, google.protobuf as pb; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__, "llguidance", llguidance.__version__, "xgrammar", xgrammar.__version__)'
+  ;;
+stage)
+  cp .gpu-policy/c2/gguf.part-* "$S"/ && ls -l "$S"
   ;;
 bench)
   prepare || exit 1
+  python3 -m bench.grammar_fill --model /tmp/smollm2 --threads 1,2,8 || exit 1
   python3 -m bench.hf_judge_engine --model /tmp/smollm2 --device cuda ${BENCH_ARGS:-} || exit 1
-  cp bench/results/hf_judge_engine.json "$OUT"/
+  cp bench/results/hf_judge_engine.json bench/results/grammar_fill.json "$OUT"/
   ;;
 run)
   T0=$(date +%s)
@@ -61,6 +69,7 @@ run)
               --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
   [ "${JUDGE_STATIC_CACHE:-false}" = true ] && SERVE_ARGS+=(--static-cache)
   [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && SERVE_ARGS+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
+  [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && SERVE_ARGS+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
   python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!
   python3 - <<'PY' || { kill "$SERVER"; exit 1; }

