@@ -183,17 +183,11 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
 
 
 @needs_model
-async def test_unknown_grammar_kernel_fails_the_start_naming_the_option() -> None:
-    engine = TransformersEngine(_hf_config(extra={"grammar_kernel": "warp"}))
-    with pytest.raises(EngineError, match="grammar_kernel 'warp': expected one of auto, "):
-        await engine.start()
-    assert not engine.healthy()
-
-
-@needs_model
-async def test_unknown_grammar_backend_fails_the_start_naming_the_option() -> None:
-    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "outlines"}))
-    with pytest.raises(EngineError, match="grammar_backend 'outlines': expected one of guidance, xgrammar"):
+@pytest.mark.parametrize("option,value,expected", [("grammar_kernel", "warp", "expected one of auto, "),
+                                                   ("grammar_backend", "outlines", "expected one of guidance, xgrammar")])
+async def test_unknown_grammar_option_fails_the_start_naming_it(option: str, value: str, expected: str) -> None:
+    engine = TransformersEngine(_hf_config(extra={option: value}))
+    with pytest.raises(EngineError, match=f"{option} '{value}': {expected}"):
         await engine.start()
     assert not engine.healthy()
 
