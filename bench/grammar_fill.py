@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab,
                                                                       stop_token_ids=[tok.eos_token_id]))
     lltok = llguidance.hf.from_tokenizer(tok, n_vocab=vocab, eos_token=[tok.eos_token_id])
-    tokens = tok(_ANSWER, add_special_tokens=False)["input_ids"]
+    # llguidance holds forced text to its own canonical tokens: both libraries read that tokenization
+    tokens = lltok.tokenize_str(_ANSWER)
     bounded = round_regex(("step1",), JudgeSettings().rationale_max_chars)
     patterns = {"bounded": bounded, "unbounded": bounded.replace(
         f"{{1,{JudgeSettings().rationale_max_chars}}}", "+")}
