@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from bench.common import print_table, write_result
+from reward_server.engines.hf_engine import guidance_tokenizer
 from reward_server.judge import JudgeSettings, round_regex
 from reward_server.model_store import resolve_model
 
@@ -68,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="1,2,4,8")
     args = p.parse_args(argv)
     import llguidance
-    import llguidance.hf
     import xgrammar as xgr
     from transformers import AutoConfig, AutoTokenizer
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     vocab = int(AutoConfig.from_pretrained(path, local_files_only=True).vocab_size)
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab,
                                                                       stop_token_ids=[tok.eos_token_id]))
-    lltok = llguidance.hf.from_tokenizer(tok, n_vocab=vocab, eos_token=[tok.eos_token_id])
+    lltok = guidance_tokenizer(tok, vocab, [tok.eos_token_id])
     # llguidance holds forced text to its own canonical tokens: both libraries read that tokenization
     tokens = lltok.tokenize_str(_ANSWER)
     bounded = round_regex(("step1",), JudgeSettings().rationale_max_chars)

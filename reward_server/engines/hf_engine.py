@@ -507,11 +507,9 @@ class TransformersEngine(Engine):
                 self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
             else:
                 import llguidance
-                import llguidance.hf
 
                 if self._grammar_compiler is None:
-                    self._grammar_compiler = llguidance.hf.from_tokenizer(
-                        self._tokenizer, n_vocab=self._vocab_size(), eos_token=self._eos_ids)
+                    self._grammar_compiler = guidance_tokenizer(self._tokenizer, self._vocab_size(), self._eos_ids)
                     self._grammar_pool = llguidance.LLExecutor(threads)
                 grammar = llguidance.LLMatcher.grammar_from_regex(pattern)
                 error = llguidance.LLMatcher.validate_grammar(grammar, self._grammar_compiler)
@@ -524,6 +522,45 @@ class TransformersEngine(Engine):
         if self._grammar_backend == "xgrammar":
             return _XgrammarRows(grammars, self._grammar_pool)
         return _GuidanceRows(grammars, self._grammar_pool, self._eos_ids)
+
+
+def guidance_tokenizer(tok: Any, vocab_size: int, eos_ids: list[int]) -> Any:
+    """llguidance's view of a transformers tokenizer's vocabulary, checked against transformers' own tokens.
+
+    Each token's bytes come from xgrammar's TokenizerInfo (it detects the vocabulary type from the tokenizer
+    itself); the special tokens are those transformers flags. llguidance's own reader of tokenizer.json took the
+    byte-level markers of a GGUF-converted tokenizer (transformers 5.17, the GPU machines) for text: every rationale
+    was rejected at its first space. Raises :class:`EngineError` when a probe's tokens do not read back.
+    """
+    import llguidance
+    import xgrammar as xgr
+
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=eos_ids)
+    lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_GuidanceVocabulary(tok, info, eos_ids)),
+                                   n_vocab=vocab_size, eos_token=eos_ids)
+    probe = "Rationale: The seeker's issue, named.\nVerdict: True"
+    matcher = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_lark(
+        'start: "' + probe.replace("\n", "\\n") + '"'))
+    ids = tok.encode(probe, add_special_tokens=False)
+    if not (all(matcher.consume_token(t) for t in ids) and matcher.is_accepting()):
+        raise EngineError("llguidance reads this tokenizer's tokens differently from transformers "
+                          f"({' '.join(matcher.get_error().split())[:200]}); use --grammar-backend xgrammar")
+    return lltok
+
+
+class _GuidanceVocabulary:
+    """The vocabulary as ``llguidance.TokenizerWrapper`` reads it: token bytes, special and EOS ids, a tokenizer."""
+
+    def __init__(self, tok: Any, info: Any, eos_ids: list[int]) -> None:
+        self._tok = tok
+        self.eos_token_id = eos_ids[0]
+        self.bos_token_id = tok.bos_token_id
+        self.tokens = [bytes(t) for t in info.decoded_vocab]
+        self.special_token_ids = sorted({i for i, t in tok.added_tokens_decoder.items() if t.special}
+                                        | set(tok.all_special_ids))
+
+    def __call__(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False))
 
 
 class _XgrammarRows:

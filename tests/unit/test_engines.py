@@ -218,6 +218,25 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
 
 
 @needs_model
+async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vocabulary whose bytes llguidance reads wrongly (spaces as byte-level markers, as seen on a GPU machine)
+    must stop the engine at start, not silently leave every constrained row unconstrained."""
+    from reward_server.engines import hf_engine as module
+
+    class MisreadVocabulary(module._GuidanceVocabulary):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.tokens = [t.replace(b" ", "\u0120".encode()) for t in self.tokens]
+
+    monkeypatch.setattr(module, "_GuidanceVocabulary", MisreadVocabulary)
+    engine = TransformersEngine(_hf_config())
+    with pytest.raises(EngineError, match="llguidance reads this tokenizer's tokens differently"):
+        await engine.start()
+    assert not engine.healthy()
+    await engine.stop()
+
+
+@needs_model
 async def test_regex_the_grammar_library_rejects_fails_its_batch_with_the_reason(hf_engine: TransformersEngine) -> None:
     with pytest.raises(EngineError, match="regex rejected by llguidance: .*unclosed counted repetition"):
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, regex="[a-z]{1,3"), "bad-regex")
