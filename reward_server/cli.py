@@ -65,7 +65,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--static-cache", action="store_true",
                    help="transformers backend on CUDA: static KV cache + torch.compile (see docs/reward_server.md)")
     s.add_argument("--grammar-backend", default=None, choices=tuple(GRAMMAR_BACKENDS),
-                   help="transformers backend: the library that computes the verdict masks (default guidance)")
+                   help="transformers backend: the library that computes the verdict masks (default xgrammar)")
     s.add_argument("--grammar-kernel", default=None,
                    choices=GRAMMAR_KERNELS,
                    help="transformers backend: xgrammar's mask-apply kernel (default auto: Triton on CUDA, native on CPU)")

@@ -21,18 +21,19 @@ Batching rules (what a caller can rely on):
   parse + retry. ``extra["constrain"] = "false"`` turns the constraint off.
 
 Speed on GPU: ``static_cache`` (``EngineConfig.extra`` / ``--static-cache``; off by default because its
-compile warm-up takes 75-110 s) makes transformers use its static KV cache, which it auto-compiles with
-``torch.compile`` (CUDA graphs); every batch is then filled to ``max_batch`` rows (filler rows are marked finished
+compile warm-up takes 75-110 s) makes transformers use a static KV cache (one object every call reuses, see
+``_static_kv``), which it auto-compiles with ``torch.compile`` (CUDA graphs); every batch is then filled to ``max_batch`` rows (filler rows are marked finished
 from the first step) so the compiled decode graph keeps one batch shape. ``start`` warms up twice so the compiles
 happen before serving. Every model call runs on one process-wide thread (``_MODEL_THREAD``): the CUDA-graph state is
 thread-local. Judging one GRPO step (8 groups x 4, unified, constrained; ``python -m bench.hf_judge_engine``, H200):
 dynamic cache 5.5 s, static cache 2.3 s, plain batched ``model.generate`` of the same prompts 18.6 s.
 
-Grammar backends (``extra["grammar_backend"]``, vLLM's names): ``guidance`` (default: llguidance computes the
-masks) or ``xgrammar``; xgrammar's kernel applies the mask either way (the masks share one bit layout, as in vLLM).
-The judge's verdict grammar bounds its rationale by characters (``[^\n]{1,100}``), a counted repetition that costs
-xgrammar ~5 ms per decoding position for 32 rows (80-100 ms at worst positions) and llguidance ~2 ms (12 ms at
-worst) on one core (``python -m bench.grammar_fill``): the largest host cost of a constrained step on a GPU.
+Grammar backends (``extra["grammar_backend"]``, vLLM's names): ``xgrammar`` (default) or ``guidance``
+(llguidance); xgrammar's kernel applies the mask either way (the masks share one bit layout, as in vLLM). The judge's
+verdict grammar bounds its rationale by characters (``[^\n]{1,100}``), a counted repetition that costs the mask
+fill more than anything else on a GPU step (``python -m bench.grammar_fill``, 32 rows per position): on an H200
+box's 16 CPUs xgrammar 8.6 ms on one thread, 2.4 ms on 8; llguidance 3.1 ms on one thread and no faster on more; on
+a 2-core CPU box xgrammar 5.4 ms, llguidance 1.7 ms. Judging a GRPO step took the same time with either (H200).
 
 Constrained steps on GPU: each step's tokens are tapped to the host before the next forward pass is queued
 (``_GrammarMask.tap``) and the rows' masks are filled on several threads, so the grammar's host work overlaps the
@@ -40,10 +41,11 @@ device.
 ``BatchStats`` splits each call's time (prep, prefill, device wait, mask host work, the rest of the loop).
 
 Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
-the base for speed); ``grammar_backend`` (above); ``grammar_kernel`` (xgrammar's mask-apply kernel, default
-"auto": Triton on CUDA, native on CPU; "torch_native" needs no JIT compiler and judged within 5% of Triton's time on
-an H200). ``output_tokens`` counts the
-EOS token when generation stopped on it (as vLLM does).
+the base for speed); ``static_cache_reuse`` ("true" by default; "false" lets transformers build a new static cache
+per call, as ``cache_implementation="static"`` does); ``grammar_backend`` (above); ``grammar_kernel`` (xgrammar's
+mask-apply kernel, default "auto": Triton on CUDA, native on CPU; "torch_native" needs no JIT compiler and judged
+within 5% of Triton's time on an H200). ``output_tokens`` counts the EOS token when generation stopped on it (as
+vLLM does).
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class BatchStats:
     # mask's copy to the device and its apply), and the rest of the host loop (transformers' generate loop and
     # kernel launches between two mask calls)
     prefill_s: list[float] = field(default_factory=list)
+    first_decode_s: list[float] = field(default_factory=list)  # first mask call to the second (the first decode step)
     device_wait_s: list[float] = field(default_factory=list)
     mask_host_s: list[float] = field(default_factory=list)
     loop_host_s: list[float] = field(default_factory=list)
@@ -160,7 +163,7 @@ class TransformersEngine(Engine):
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
-        backend = config.extra.get("grammar_backend", "guidance")
+        backend = config.extra.get("grammar_backend", "xgrammar")
         # xgrammar applies the masks whichever library computes them
         self.supports_regex = (config.extra.get("constrain", "true").lower() != "false"
                                and importlib.util.find_spec("xgrammar") is not None
@@ -181,6 +184,9 @@ class TransformersEngine(Engine):
         self._started = False
         self._stopping = False
         self._static_cache = False
+        self._kv: Any = None  # the static KV cache every call reuses (static_cache only), and its length
+        self._kv_len = 0
+        self._reuse_kv = True
         self._grammar_kernel = "auto"
         self.stats = BatchStats()
 
@@ -241,6 +247,7 @@ class TransformersEngine(Engine):
         self._model, self._tokenizer, self._device, self._eos_ids = model, tok, device, eos_ids
         static = self.config.extra.get("static_cache", "false").lower()
         self._static_cache = static == "true"
+        self._reuse_kv = self.config.extra.get("static_cache_reuse", "true").lower() != "false"
         # the grammar-mask kernel (xgrammar's backend names). "auto" is xgrammar's choice: one Triton kernel on CUDA
         # (JIT-compiled in the warm-up; needs a host C compiler, as torch.compile does), its native kernel on CPU.
         # "torch_native" (a few torch ops) needs no compiler; on an H200 it judged within 5% of Triton's time.
@@ -445,7 +452,6 @@ class TransformersEngine(Engine):
                 num_beams=1,
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=self._eos_ids,
-                cache_implementation="static" if self._static_cache else None,
             )
             stop = _RowStop([batch[i] for i in rows], limits + [1] * dummies, prompt_len, self._device,
                             lambda: self._stopping, dummies)
@@ -456,8 +462,13 @@ class TransformersEngine(Engine):
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
                     torch.manual_seed(params.seed)
+                cache: dict[str, Any] = {}
+                if self._static_cache and self._reuse_kv:
+                    cache["past_key_values"] = self._static_kv(prompt_len + max(limits))
+                elif self._static_cache:
+                    gen_config.cache_implementation = "static"
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                           generation_config=gen_config,
+                                           generation_config=gen_config, **cache,
                                            stopping_criteria=[stop] if mask is None else [stop, mask.tap],
                                            logits_processor=[] if mask is None else [mask])
             new = generated[:, prompt_len:].tolist()
@@ -466,6 +477,8 @@ class TransformersEngine(Engine):
             self.stats.generate_s.append(t_end - t_gen)
             if mask is not None and mask.first_call is not None:
                 self.stats.prefill_s.append(mask.first_call - t_gen)
+                if mask.second_call is not None:
+                    self.stats.first_decode_s.append(mask.second_call - mask.first_call)
                 self.stats.device_wait_s.append(mask.device_wait)
                 self.stats.mask_host_s.append(mask.host)
                 self.stats.loop_host_s.append(t_end - mask.first_call - mask.device_wait - mask.host)
@@ -484,6 +497,24 @@ class TransformersEngine(Engine):
                 )
         return [r if r is not None else EngineError("internal: row not generated") for r in out]
 
+
+    def _static_kv(self, length: int) -> Any:
+        """The static KV cache for a call needing ``length`` positions: one cache object reused (reset) by every
+        call, so its tensors keep their addresses. transformers' own ``cache_implementation="static"`` builds a new
+        cache per ``generate`` call; its new tensors are static inputs of the compiled decode graph, and
+        torch.compile's CUDA-graph trees re-record the graph when those addresses change (and stop using graphs for
+        it after ``cudagraph_unexpected_rerecord_limit`` re-records). A longer call grows the cache (to a multiple of
+        256 positions, at most ``max_model_len``), which happens a few times per process."""
+        from transformers import StaticCache
+
+        if self._kv is None or self._kv_len < length:
+            self._kv_len = min(self.config.max_model_len, -(-length // 256) * 256)
+            self._kv = None
+            gc.collect()
+            self._kv = StaticCache(config=self._model.config, max_cache_len=self._kv_len)
+        else:
+            self._kv.reset()  # zeroes the layers' tensors in place (a layer not yet initialised is skipped)
+        return self._kv
 
     def _vocab_size(self) -> int:
         return int(self._model.config.vocab_size)
@@ -504,7 +535,10 @@ class TransformersEngine(Engine):
                                                               stop_token_ids=self._eos_ids)
                     self._grammar_compiler = xgr.GrammarCompiler(info)
                     self._grammar_pool = xgr.BatchGrammarMatcher(threads)
-                self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
+                try:
+                    self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
+                except RuntimeError as exc:
+                    raise EngineError(f"regex rejected by xgrammar: {' '.join(str(exc).split())[:300]}") from exc
             else:
                 import llguidance
 
@@ -649,6 +683,7 @@ class _GrammarMask:
         self._never: Any = None  # the tap's "no row stops" answer, allocated once
         # timings (perf_counter seconds) and counters for BatchStats
         self.first_call: float | None = None
+        self.second_call: float | None = None
         self.device_wait = 0.0
         self.host = 0.0
         self.untapped = 0
@@ -676,6 +711,8 @@ class _GrammarMask:
         if self._calls == 0:
             self.first_call = t0
         else:
+            if self._calls == 1:
+                self.second_call = t0
             if self._taps == self._calls:  # the tap saw this step's tokens
                 if self._tap_done is not None:
                     self._tap_done.synchronize()  # the copy only, queued before this step's forward pass

@@ -173,12 +173,19 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
         chats = [_chat(5), [{"role": "user", "content": "Say hello to my friend Ann, please."}]]
         got = await asyncio.gather(*(static.generate(c, GenParams(max_tokens=3 + i), f"p{i}")
                                      for i, c in enumerate(chats)))
+        cache, length = static._kv, static._kv_len
+        # later calls reuse (reset) the one cache while it is long enough: its tensors keep their addresses
+        again = await asyncio.gather(*(static.generate(chats[i], GenParams(max_tokens=3 + i), f"q{i}")
+                                       for i in reversed(range(len(chats)))))
+        assert static._kv is cache and length % 256 == 0
+        longer = await static.generate([{"role": "user", "content": "word " * 300}], GenParams(max_tokens=2), "long")
+        assert static._kv_len > length and longer.output_tokens >= 1  # a longer call grows it
     finally:
         await static.stop()
-    assert static.stats.batch_sizes[-1] == 2  # two real requests, two filler rows never resolved
+    assert static.stats.batch_sizes[-2] == 2  # two real requests, two filler rows never resolved
     want = await asyncio.gather(*(hf_engine.generate(c, GenParams(max_tokens=3 + i), f"d{i}")
                                   for i, c in enumerate(chats)))
-    assert [r.text for r in got] == [r.text for r in want]
+    assert [r.text for r in got] == [r.text for r in want] == [r.text for r in reversed(again)]
     assert [r.output_tokens for r in got] == [r.output_tokens for r in want]
 
 
@@ -194,27 +201,27 @@ async def test_unknown_grammar_option_fails_the_start_naming_it(option: str, val
 
 @needs_model
 async def test_both_grammar_backends_constrain_every_row(hf_engine: TransformersEngine) -> None:
-    """llguidance (the default) and xgrammar each hold every row of a mixed batch to its pattern. Their masks differ
+    """xgrammar (the default) and llguidance each hold every row of a mixed batch to its pattern. Their masks differ
     at the edges (llguidance keeps forced text to its canonical tokens and never lets a special token stand for
     text), so greedy outputs may differ; both must match."""
     import re
 
     from reward_server.judge import round_regex
 
-    xgr_engine = TransformersEngine(_hf_config(extra={"grammar_backend": "xgrammar"}))
-    await xgr_engine.start()
+    other = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    await other.start()
     try:
-        assert hf_engine._grammar_backend == "guidance" and xgr_engine.supports_regex
+        assert hf_engine._grammar_backend == "xgrammar" and other.supports_regex
         patterns = [round_regex(("step1",), 40), round_regex(("preference",), 40), r"[a-z]{1,3}( [a-z]{1,3}){0,2}"]
         params = [GenParams(max_tokens=32, regex=p) for p in patterns]
-        for engine in (hf_engine, xgr_engine):
+        for engine in (hf_engine, other):
             before = engine.stats.batches
             got = await asyncio.gather(*(engine.generate(_chat(i), q, f"g{i}") for i, q in enumerate(params)))
             assert engine.stats.batches - before == 1
             for pattern, r in zip(patterns, got):
                 assert r.finish_reason == "stop" and re.fullmatch(pattern, r.text), (engine._grammar_backend, r)
     finally:
-        await xgr_engine.stop()
+        await other.stop()
 
 
 @needs_model
@@ -229,7 +236,7 @@ async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypa
             self.tokens = [t.replace(b" ", "\u0120".encode()) for t in self.tokens]
 
     monkeypatch.setattr(module, "_GuidanceVocabulary", MisreadVocabulary)
-    engine = TransformersEngine(_hf_config())
+    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
     with pytest.raises(EngineError, match="llguidance reads this tokenizer's tokens differently"):
         await engine.start()
     assert not engine.healthy()
@@ -238,10 +245,17 @@ async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypa
 
 @needs_model
 async def test_regex_the_grammar_library_rejects_fails_its_batch_with_the_reason(hf_engine: TransformersEngine) -> None:
-    with pytest.raises(EngineError, match="regex rejected by llguidance: .*unclosed counted repetition"):
+    with pytest.raises(EngineError, match="regex rejected by xgrammar: .*Invalid repetition count"):
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, regex="[a-z]{1,3"), "bad-regex")
     ok = await hf_engine.generate(_chat(1), GenParams(max_tokens=2), "after")  # the engine keeps serving
     assert ok.output_tokens >= 1
+    guidance = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    await guidance.start()
+    try:
+        with pytest.raises(EngineError, match="regex rejected by llguidance: .*unclosed counted repetition"):
+            await guidance.generate(_chat(0), GenParams(max_tokens=4, regex="[a-z]{1,3"), "bad-regex")
+    finally:
+        await guidance.stop()
 
 
 def test_batch_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
