@@ -201,11 +201,12 @@ class TransformersEngine(Engine):
             raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
         await self._on_thread(self._load)
         # warm-up: first-call kernels and allocations at the full batch size on GPU (a first large batch is
-        # otherwise several seconds slower). With the static cache, the second call (other prompt and cache
-        # lengths) makes torch.compile build its length-dynamic decode graph now rather than on a live batch.
+        # otherwise several seconds slower). With the static cache, the second call (a prompt of ~300 tokens: another
+        # 256-position cache bucket) makes torch.compile build its length-dynamic decode graph now rather than on a
+        # live batch (a GPU run whose warm-up stayed in one bucket spent 50 s compiling in its first reward call).
         loop = asyncio.get_running_loop()
         on_gpu = self._device.startswith("cuda")
-        for words, new in ([(1, 2), (48, 8)] if self._static_cache and on_gpu else [(1, 2)]):
+        for words, new in ([(1, 2), (300, 8)] if self._static_cache and on_gpu else [(1, 2)]):
             # constrained probes too, so a grammar kernel that cannot run on this device fails the start, not every batch
             params = GenParams(max_tokens=new, regex=_WARMUP_REGEX if self.supports_regex else None)
             probes = [_Request([{"role": "user", "content": " ".join(["Hi"] * words)}], params,
