@@ -259,6 +259,11 @@ class TransformersEngine(Engine):
         if self._grammar_backend not in GRAMMAR_BACKENDS:
             raise EngineError(f"grammar_backend {self._grammar_backend!r}: expected one of "
                               f"{', '.join(GRAMMAR_BACKENDS)}")
+        module = GRAMMAR_BACKENDS[self._grammar_backend]
+        if (self.config.extra.get("constrain", "true").lower() != "false" and self._grammar_backend != "xgrammar"
+                and importlib.util.find_spec(module) is None):  # chosen explicitly: never silently unconstrained
+            raise EngineError(f"grammar_backend {self._grammar_backend!r} needs {module} installed "
+                              "(pip install 'compeer[guidance]')")
 
     async def stop(self) -> None:
         """Stop the worker, fail queued and running requests with :class:`EngineError`, free the model."""

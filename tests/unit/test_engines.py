@@ -200,6 +200,18 @@ async def test_unknown_grammar_option_fails_the_start_naming_it(option: str, val
 
 
 @needs_model
+async def test_guidance_backend_without_llguidance_fails_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llguidance" else real(name, *a))
+    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    with pytest.raises(EngineError, match="grammar_backend 'guidance' needs llguidance installed"):
+        await engine.start()
+    await engine.stop()
+
+
+@needs_model
 async def test_both_grammar_backends_constrain_every_row(hf_engine: TransformersEngine) -> None:
     """xgrammar (the default) and llguidance each hold every row of a mixed batch to its pattern. Their masks differ
     at the edges (llguidance keeps forced text to its canonical tokens and never lets a special token stand for
