@@ -22,8 +22,9 @@ Batching rules (what a caller can rely on):
 
 Speed on GPU: ``static_cache`` (``EngineConfig.extra`` / ``--static-cache``; off by default because its
 compile warm-up takes 75-110 s) makes transformers use a static KV cache (one object every call reuses, see
-``_static_kv``), which it auto-compiles with ``torch.compile`` (CUDA graphs); every batch is then filled to ``max_batch`` rows (filler rows are marked finished
-from the first step) so the compiled decode graph keeps one batch shape. ``start`` warms up twice so the compiles
+``_static_kv``), which it auto-compiles with ``torch.compile`` (CUDA graphs); every batch is then filled to
+``max_batch`` rows (filler rows are marked finished from the first step) so the compiled decode graph keeps one
+batch shape. ``start`` warms up twice so the compiles
 happen before serving. Every model call runs on one process-wide thread (``_MODEL_THREAD``): the CUDA-graph state is
 thread-local. Judging one GRPO step (8 groups x 4, unified, constrained; ``python -m bench.hf_judge_engine``, H200):
 dynamic cache 5.5 s, static cache 2.3 s, plain batched ``model.generate`` of the same prompts 18.6 s.
@@ -280,6 +281,7 @@ class TransformersEngine(Engine):
         self._fail_all(EngineError("transformers engine stopped"), pending)
         if self._model is not None:
             on_cuda = self._device.startswith("cuda")
+            self._kv, self._kv_len = None, 0
             self._model = None
             self._tokenizer = None
             gc.collect()
@@ -502,7 +504,6 @@ class TransformersEngine(Engine):
                     finish_reason="length" if end is None else "stop",
                 )
         return [r if r is not None else EngineError("internal: row not generated") for r in out]
-
 
     def _static_kv(self, length: int) -> Any:
         """The static KV cache for a call needing ``length`` positions: one cache object reused (reset) by every
