@@ -166,7 +166,8 @@ class TransformersEngine(Engine):
         super().__init__(config)
         backend = config.extra.get("grammar_backend", "xgrammar")
         # xgrammar applies the masks whichever library computes them
-        self.supports_regex = (config.extra.get("constrain", "true").lower() != "false"
+        self._constrain = config.extra.get("constrain", "true").lower() != "false"
+        self.supports_regex = (self._constrain
                                and importlib.util.find_spec("xgrammar") is not None
                                and importlib.util.find_spec(GRAMMAR_BACKENDS.get(backend, "xgrammar")) is not None)
         self._grammar_backend = backend
@@ -261,8 +262,7 @@ class TransformersEngine(Engine):
             raise EngineError(f"grammar_backend {self._grammar_backend!r}: expected one of "
                               f"{', '.join(GRAMMAR_BACKENDS)}")
         module = GRAMMAR_BACKENDS[self._grammar_backend]
-        if (self.config.extra.get("constrain", "true").lower() != "false" and self._grammar_backend != "xgrammar"
-                and importlib.util.find_spec(module) is None):  # chosen explicitly: never silently unconstrained
+        if self._constrain and self._grammar_backend != "xgrammar" and importlib.util.find_spec(module) is None:  # chosen explicitly: never silently unconstrained
             raise EngineError(f"grammar_backend {self._grammar_backend!r} needs {module} installed "
                               "(pip install 'compeer[guidance]')")
 
