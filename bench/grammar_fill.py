@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import print_table, write_result
@@ -22,25 +23,37 @@ _ANSWER = ("Rationale: The analysis names the seeker's core issue and the right 
            "Verdict: True")
 
 
+def _time_positions(fill: Callable[[], None], accept: Callable[[int], bool], tokens: list[int]) -> tuple[float, float]:
+    """Mean and worst milliseconds of ``fill`` per position, advancing every row by the sample's tokens."""
+    times = []
+    for tok in tokens:
+        t = time.perf_counter()
+        fill()
+        times.append(time.perf_counter() - t)
+        if not accept(tok):
+            raise RuntimeError("the sample answer does not match the grammar")
+    return 1000 * sum(times) / len(times), 1000 * max(times)
+
+
 def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int,
             threads: int | None) -> tuple[float, float]:
     """xgrammar: mean and worst milliseconds per position to fill ``rows`` masks (``threads`` None: row by row)."""
     matchers = [xgr.GrammarMatcher(grammar) for _ in range(rows)]
     mask = xgr.allocate_token_bitmask(rows, vocab)
     batch = xgr.BatchGrammarMatcher(threads) if threads else None
-    times = []
-    for tok in tokens:
-        t = time.perf_counter()
+
+    def fill() -> None:
         if batch is None:
             for i, m in enumerate(matchers):
                 m.fill_next_token_bitmask(mask, i)
         else:
             batch.batch_fill_next_token_bitmask(matchers, mask)
-        times.append(time.perf_counter() - t)
-        for m in matchers:
-            if not m.accept_token(tok):
-                raise RuntimeError("the sample answer does not match the grammar")
-    return 1000 * sum(times) / len(times), 1000 * max(times)
+
+    def accept(tok: int) -> bool:
+        advanced = [m.accept_token(tok) for m in matchers]  # every row advances, none skipped
+        return all(advanced)
+
+    return _time_positions(fill, accept, tokens)
 
 
 def guidance_fill_ms(start: Any, tokens: list[int], rows: int, vocab: int, threads: int) -> tuple[float, float]:
@@ -51,15 +64,14 @@ def guidance_fill_ms(start: Any, tokens: list[int], rows: int, vocab: int, threa
     matchers = [start.deep_copy() for _ in range(rows)]
     mask = llguidance.torch.allocate_token_bitmask(rows, vocab)
     executor = llguidance.LLExecutor(threads)
-    times = []
-    for tok in tokens:
-        t = time.perf_counter()
-        llguidance.torch.fill_next_token_bitmask_par(executor, [(m, i) for i, m in enumerate(matchers)], mask)
-        times.append(time.perf_counter() - t)
-        for m in matchers:
-            if not m.consume_token(tok):
-                raise RuntimeError("the sample answer does not match the grammar")
-    return 1000 * sum(times) / len(times), 1000 * max(times)
+    indexed = [(m, i) for i, m in enumerate(matchers)]
+
+    def accept(tok: int) -> bool:
+        advanced = [m.consume_token(tok) for m in matchers]  # every row advances, none skipped
+        return all(advanced)
+
+    return _time_positions(lambda: llguidance.torch.fill_next_token_bitmask_par(executor, indexed, mask), accept,
+                           tokens)
 
 
 def main(argv: list[str] | None = None) -> int:
