@@ -1,7 +1,9 @@
 """Host cost of the judge's verdict grammar per decoding position: the masks of a batch of rows filled by xgrammar
 (one row at a time, and its BatchGrammarMatcher on N threads) and by llguidance (its LLExecutor on N threads, the
-transformers engine's default), for the bounded rationale pattern the judge uses and an unbounded one. Side by side
-in one run on this machine's CPU; the mean and the worst position.
+transformers engine's default), for the bounded rationale pattern the judge uses on vLLM (a counted repetition,
+``[^\n]{1,100}``) and an unbounded one; then the transformers engine's form of the same bound (the unbounded pattern
+filled by xgrammar plus its line-length table, ``max_line_chars``). Side by side in one run on this machine's CPU; the
+mean and the worst position.
 
     python -m bench.grammar_fill [--model DIR] [--rows 32] [--threads 1,2,4,8]
 """
@@ -15,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import print_table, write_result
-from reward_server.engines.hf_engine import guidance_tokenizer
-from reward_server.judge import JudgeSettings, round_regex
+from reward_server.engines.hf_engine import _LineTable, guidance_tokenizer
+from reward_server.judge import JudgeSettings, round_constraint, round_regex
 from reward_server.model_store import resolve_model
 
 _ANSWER = ("Rationale: The analysis names the seeker's core issue and the right stage of support, so it fits here.\n"
@@ -35,12 +37,15 @@ def _time_positions(fill: Callable[[], None], accept: Callable[[int], bool], tok
     return 1000 * sum(times) / len(times), 1000 * max(times)
 
 
-def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int,
-            threads: int | None) -> tuple[float, float]:
-    """xgrammar: mean and worst milliseconds per position to fill ``rows`` masks (``threads`` None: row by row)."""
+def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int, threads: int | None,
+            lines: _LineTable | None = None, max_line: int = 0) -> tuple[float, float]:
+    """xgrammar: mean and worst milliseconds per position to fill ``rows`` masks (``threads`` None: row by row);
+    with ``lines``, each mask is also held to ``max_line`` bytes per line, as the transformers engine does."""
     matchers = [xgr.GrammarMatcher(grammar) for _ in range(rows)]
     mask = xgr.allocate_token_bitmask(rows, vocab)
     batch = xgr.BatchGrammarMatcher(threads) if threads else None
+    every = list(range(rows))
+    line_len = [0] * rows
 
     def fill() -> None:
         if batch is None:
@@ -48,9 +53,13 @@ def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int,
                 m.fill_next_token_bitmask(mask, i)
         else:
             batch.batch_fill_next_token_bitmask(matchers, mask)
+        if lines is not None:
+            lines.restrict(mask, every, [max_line - n for n in line_len])
 
     def accept(tok: int) -> bool:
         advanced = [m.accept_token(tok) for m in matchers]  # every row advances, none skipped
+        if lines is not None:
+            lines.advance(line_len, every, [tok] * rows)
         return all(advanced)
 
     return _time_positions(fill, accept, tokens)
@@ -87,14 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_model(args.model).path
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     vocab = int(AutoConfig.from_pretrained(path, local_files_only=True).vocab_size)
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab,
-                                                                      stop_token_ids=[tok.eos_token_id]))
-    lltok = guidance_tokenizer(tok, vocab, [tok.eos_token_id])
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab, stop_token_ids=[tok.eos_token_id])
+    compiler = xgr.GrammarCompiler(info)
+    lltok = guidance_tokenizer(tok, info, vocab, [tok.eos_token_id])
     # llguidance holds forced text to its own canonical tokens: both libraries read that tokenization
     tokens = lltok.tokenize_str(_ANSWER)
     bounded = round_regex(("step1",), JudgeSettings().rationale_max_chars)
-    patterns = {"bounded": bounded, "unbounded": bounded.replace(
-        f"{{1,{JudgeSettings().rationale_max_chars}}}", "+")}
+    patterns = {"bounded": bounded, "unbounded": round_regex(("step1",), None)}
     threads = [int(x) for x in args.threads.split(",")]
     results: dict[str, Any] = {"rows": args.rows, "positions": len(tokens), "cpus": len(os.sched_getaffinity(0))}
     rows = []
@@ -117,6 +125,19 @@ def main(argv: list[str] | None = None) -> int:
             results[f"{name}_guidance_vs_xgrammar_{n}_threads"] = ms / gms
             rows.append((f"{name}, llguidance LLExecutor {n} threads (ms/position; worst)", gms, f"{gworst:.2f}"))
             rows.append((f"{name}, {n} threads: xgrammar / llguidance (ratio of ms)", ms / gms, ""))
+    # the transformers engine's form of the bound: the unbounded pattern + the line table (max_line_chars)
+    unbounded, max_line = round_constraint(("step1",), JudgeSettings().rationale_max_chars, line_bound=True)
+    assert max_line is not None
+    table = _LineTable([bytes(t) for t in info.decoded_vocab], vocab, set(info.special_token_ids))
+    grammar = compiler.compile_regex(unbounded)
+    for n in threads:
+        ms, worst = fill_ms(xgr, grammar, tokens, args.rows, vocab, n, table, max_line)
+        results[f"line_bound_batch_{n}_threads_ms"] = ms
+        results[f"line_bound_batch_{n}_threads_worst_ms"] = worst
+        results[f"bounded_vs_line_bound_{n}_threads"] = results[f"bounded_batch_{n}_threads_ms"] / ms
+        rows.append((f"line bound, xgrammar {n} threads + line table (ms/position; worst)", ms, f"{worst:.2f}"))
+        rows.append((f"{n} threads: counted bound / line bound (ratio of ms)",
+                     results[f"bounded_vs_line_bound_{n}_threads"], ""))
     print_table(f"grammar mask fill, {args.rows} rows, {results['cpus']} CPUs", rows)
     print("wrote", write_result("grammar_fill", results))
     return 0

@@ -2,7 +2,9 @@
 ``--group-size`` candidates, unified mode, constrained verdict lines) with the dynamic KV cache and with the
 static (compiled) cache, side by side in one run, against plain batched ``model.generate`` of the same round
 prompts (the hand-written baseline: one call per round, no grammar, no micro-batcher). Configurations name the
-engine options: the grammar backend is xgrammar unless the name says guidance (llguidance).
+engine options: the grammar backend is xgrammar unless the name says guidance (llguidance); the rationale's
+100-character bound is the engine's line bound (``max_line_chars``) unless the name says counted (the counted
+repetition in the regex, as on vLLM).
 
     python -m bench.hf_judge_engine --model DIR [--device cuda] [--groups 8] [--group-size 4] [--steps 4]
 
@@ -37,12 +39,16 @@ CONFIGS: dict[str, dict[str, str]] = {
     "static-torch-native": {"static_cache": "true", "grammar_kernel": "torch_native"},
     "static-guidance": {"static_cache": "true", "grammar_backend": "guidance"},
     "static-fresh-cache": {"static_cache": "true", "static_cache_reuse": "false"},
+    "static-counted": {"static_cache": "true", "line_bound": "false"},
+    "dynamic-counted": {"line_bound": "false"},
 }
 # ratio name -> (slower configuration, faster configuration, note): printed when both ran
 SPEED_RATIOS: dict[str, tuple[str, str, str]] = {
     "static_vs_dynamic": ("dynamic", "static", ""),
     "reused_vs_fresh_static_cache": ("static-fresh-cache", "static", "; reuse is the default"),
     "guidance_vs_xgrammar": ("static", "static-guidance", ", static cache; xgrammar is the default"),
+    "line_bound_vs_counted_static": ("static-counted", "static", "; the line bound is the default"),
+    "line_bound_vs_counted_dynamic": ("dynamic-counted", "dynamic", "; the line bound is the default"),
 }
 
 

@@ -72,6 +72,7 @@ class RecordingEngine(Engine):
         super().__init__(inner.config)
         self.inner = inner
         self.supports_regex = inner.supports_regex
+        self.supports_line_bound = inner.supports_line_bound
         self.sequences: dict[str, list[tuple[list[Message], GenParams]]] = {}
 
     async def start(self) -> None:

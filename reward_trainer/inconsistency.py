@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from cer.verdicts import Kind, Preference, Verdict, parse_verdicts
 from reward_server.engines.base import Engine, EngineError, GenParams, Message
-from reward_server.judge import PREFERENCE, STEP_COMPONENTS, JudgeSettings, round_regex
+from reward_server.judge import PREFERENCE, STEP_COMPONENTS, JudgeSettings, round_constraint
 from reward_trainer.predict import Prediction
 
 log = logging.getLogger(__name__)
@@ -134,13 +134,14 @@ def audit_messages(item: AuditInput) -> list[Message]:
 
 async def audit_one(engine: Engine, item: AuditInput, settings: JudgeSettings, request_id: str) -> bool | None:
     """The auditor's answer (True = contradiction), None when unparsable after the retries or the engine failed."""
-    regex = round_regex(("step1",), settings.rationale_max_chars) if settings.constrain and engine.supports_regex \
-        else None
+    regex, max_line = round_constraint(("step1",), settings.rationale_max_chars, engine.supports_line_bound) \
+        if settings.constrain and engine.supports_regex else (None, None)
     messages = audit_messages(item)
     for attempt in range(settings.max_retries + 1):
         params = GenParams(max_tokens=settings.max_tokens_per_component,
                            temperature=settings.retry_temperature if attempt else settings.temperature,
-                           top_p=settings.top_p, seed=settings.seed, regex=regex)
+                           top_p=settings.top_p, seed=settings.seed, regex=regex,
+                           max_line_chars=max_line)
         try:
             result = await engine.generate(messages, params, request_id=f"{request_id}-{attempt}")
         except EngineError as exc:

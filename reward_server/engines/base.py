@@ -14,13 +14,19 @@ Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..
 
 @dataclass(frozen=True)
 class GenParams:
-    """Sampling for one generation. ``regex``: constrain the whole output (engines without support ignore it)."""
+    """Sampling for one generation.
+
+    ``regex``: constrain the whole output (engines without ``supports_regex`` ignore it). ``max_line_chars``: with
+    ``regex``, also keep every line of the output within this many characters; only engines with
+    ``supports_line_bound`` take it (the others raise :class:`EngineError`: put the bound in the regex instead).
+    """
 
     max_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
     regex: str | None = None
+    max_line_chars: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class Engine(abc.ABC):
 
     name: str = "engine"
     supports_regex: bool = False
+    supports_line_bound: bool = False  # takes GenParams.max_line_chars
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -94,6 +101,16 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def stop(self) -> None:
         """Release the engine (idempotent)."""
+
+    def check_line_bound(self, params: GenParams) -> None:
+        """Raise :class:`EngineError` for a ``max_line_chars`` this engine cannot honour (never silently unbounded)."""
+        if params.max_line_chars is None:
+            return
+        if not self.supports_line_bound:
+            raise EngineError(f"max_line_chars is not supported by the {self.name} engine; bound the lines in the regex")
+        if params.regex is None or params.max_line_chars < 1:
+            raise EngineError(f"max_line_chars must be >= 1 and come with a regex, got {params.max_line_chars} "
+                              f"with regex {'set' if params.regex else 'None'}")
 
     def healthy(self) -> bool:
         """True while the engine can serve (started, not stopped, not dead)."""

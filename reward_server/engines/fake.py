@@ -36,11 +36,12 @@ class FakeEngine(Engine):
     name = "fake"
 
     def __init__(self, responder: Responder | None = None, *, delay: float = 0.0, supports_regex: bool = False,
-                 config: EngineConfig | None = None) -> None:
+                 supports_line_bound: bool = False, config: EngineConfig | None = None) -> None:
         super().__init__(config or EngineConfig(backend="fake", model_id="fake"))
         self.responder: Responder = responder or (lambda messages, params: "")
         self.delay = delay
         self.supports_regex = supports_regex
+        self.supports_line_bound = supports_line_bound  # takes max_line_chars (the fake never enforces it)
         self.calls: list[FakeCall] = []
         self.cancelled: list[str] = []
         self._started = False
@@ -66,6 +67,7 @@ class FakeEngine(Engine):
         """Record the call, wait ``delay``, answer with the responder."""
         if not self._started:
             raise EngineError("fake engine is not started")
+        self.check_line_bound(params)
         self.calls.append(FakeCall([dict(m) for m in messages], params, request_id))
         self._inflight += 1
         try:

@@ -170,10 +170,14 @@ class TransformersEngine(Engine):
         self.supports_regex = (self._constrain
                                and importlib.util.find_spec("xgrammar") is not None
                                and importlib.util.find_spec(GRAMMAR_BACKENDS.get(backend, "xgrammar")) is not None)
+        # GenParams.max_line_chars: enforced by the mask (a table of token byte lengths), not by the grammar library
+        self.supports_line_bound = self.supports_regex and config.extra.get("line_bound", "true").lower() != "false"
         self._grammar_backend = backend
         self._grammar_compiler: Any = None  # xgrammar's GrammarCompiler, or llguidance's LLTokenizer
         self._grammar_pool: Any = None  # the mask-filling threads: xgrammar's BatchGrammarMatcher or an LLExecutor
         self._grammars: dict[str, Any] = {}
+        self._token_info: Any = None  # xgrammar's TokenizerInfo (both backends read the token bytes from it)
+        self._lines: _LineTable | None = None
         self._queue: collections.deque[_Request] = collections.deque()
         self._running: list[_Request] = []
         self._wakeup: asyncio.Event | None = None
@@ -309,6 +313,7 @@ class TransformersEngine(Engine):
             raise EngineError("transformers engine is not running")
         if params.max_tokens < 1:
             raise EngineError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        self.check_line_bound(params)
         req = _Request(messages, params, request_id, asyncio.get_running_loop().create_future())
         self._queue.append(req)
         self._wakeup.set()
@@ -464,8 +469,10 @@ class TransformersEngine(Engine):
             stop = _RowStop([batch[i] for i in rows], limits + [1] * dummies, prompt_len, self._device,
                             lambda: self._stopping, dummies)
             patterns = [batch[i].params.regex if self.supports_regex else None for i in rows] + [None] * dummies
+            bounds = [batch[i].params.max_line_chars for i in rows] + [None] * dummies
             mask = _GrammarMask(self._grammar_rows([self._grammar(p) for p in patterns]), self._vocab_size(),
-                                self._grammar_kernel) if any(patterns) else None
+                                self._grammar_kernel, self._line_table() if any(bounds) else None,
+                                bounds) if any(patterns) else None
             t_gen = time.perf_counter()
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
@@ -526,6 +533,22 @@ class TransformersEngine(Engine):
     def _vocab_size(self) -> int:
         return int(self._model.config.vocab_size)
 
+    def _tokenizer_info(self) -> Any:
+        """xgrammar's view of the vocabulary (token bytes, special tokens), built once."""
+        if self._token_info is None:
+            import xgrammar as xgr
+
+            self._token_info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size(),
+                                                                  stop_token_ids=self._eos_ids)
+        return self._token_info
+
+    def _line_table(self) -> _LineTable:
+        if self._lines is None:
+            info = self._tokenizer_info()
+            self._lines = _LineTable([bytes(t) for t in info.decoded_vocab], self._vocab_size(),
+                                     set(info.special_token_ids) | set(self._eos_ids))
+        return self._lines
+
     def _grammar(self, pattern: str | None) -> Any:
         """The backend's compiled grammar of a regex, once per pattern (generating thread only): xgrammar's
         CompiledGrammar, or an llguidance matcher in its start state that each row copies."""
@@ -538,9 +561,7 @@ class TransformersEngine(Engine):
                 import xgrammar as xgr
 
                 if self._grammar_compiler is None:
-                    info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size(),
-                                                              stop_token_ids=self._eos_ids)
-                    self._grammar_compiler = xgr.GrammarCompiler(info)
+                    self._grammar_compiler = xgr.GrammarCompiler(self._tokenizer_info())
                     self._grammar_pool = xgr.BatchGrammarMatcher(threads)
                 try:
                     self._grammars[pattern] = self._grammar_compiler.compile_regex(pattern)
@@ -550,7 +571,8 @@ class TransformersEngine(Engine):
                 import llguidance
 
                 if self._grammar_compiler is None:
-                    self._grammar_compiler = guidance_tokenizer(self._tokenizer, self._vocab_size(), self._eos_ids)
+                    self._grammar_compiler = guidance_tokenizer(self._tokenizer, self._tokenizer_info(),
+                                                                self._vocab_size(), self._eos_ids)
                     self._grammar_pool = llguidance.LLExecutor(threads)
                 grammar = llguidance.LLMatcher.grammar_from_regex(pattern)
                 error = llguidance.LLMatcher.validate_grammar(grammar, self._grammar_compiler)
@@ -565,18 +587,16 @@ class TransformersEngine(Engine):
         return _GuidanceRows(grammars, self._grammar_pool, self._eos_ids)
 
 
-def guidance_tokenizer(tok: Any, vocab_size: int, eos_ids: list[int]) -> Any:
+def guidance_tokenizer(tok: Any, info: Any, vocab_size: int, eos_ids: list[int]) -> Any:
     """llguidance's view of a transformers tokenizer's vocabulary, checked against transformers' own tokens.
 
-    Each token's bytes come from xgrammar's TokenizerInfo (it detects the vocabulary type from the tokenizer
+    Each token's bytes come from xgrammar's TokenizerInfo ``info`` (it detects the vocabulary type from the tokenizer
     itself); the special tokens are those transformers flags. llguidance's own reader of tokenizer.json took the
     byte-level markers of a GGUF-converted tokenizer (transformers 5.17, the GPU machines) for text: every rationale
     was rejected at its first space. Raises :class:`EngineError` when a probe's tokens do not read back.
     """
     import llguidance
-    import xgrammar as xgr
 
-    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size, stop_token_ids=eos_ids)
     lltok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_GuidanceVocabulary(tok, info, eos_ids)),
                                    n_vocab=vocab_size, eos_token=eos_ids)
     probe = "Rationale: The seeker's issue, named.\nVerdict: True"
@@ -602,6 +622,54 @@ class _GuidanceVocabulary:
 
     def __call__(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False))
+
+
+class _LineTable:
+    """Every token's length for ``GenParams.max_line_chars``, and the masks that keep a line within its bound.
+
+    ``head[v]``: bytes of token ``v`` before its first newline (all its bytes if it has none); ``tail[v]``: bytes
+    after its last newline, -1 without one; special tokens count 0. ``within[r]``, for ``r`` below the longest head:
+    the bitmask (xgrammar's layout, bit ``v % 32`` of int32 word ``v // 32``) of the tokens whose head fits in ``r``
+    more bytes. Lengths are UTF-8 bytes, never fewer than the characters they encode: a line within N bytes is within
+    N characters.
+    """
+
+    def __init__(self, token_bytes: list[bytes], vocab_size: int, special: set[int]) -> None:
+        import numpy as np
+        import torch
+
+        head = np.zeros(vocab_size, dtype=np.int64)
+        tail = np.full(vocab_size, -1, dtype=np.int64)
+        for v, text in enumerate(token_bytes[:vocab_size]):
+            if v in special:
+                continue
+            first = text.find(b"\n")
+            if first < 0:
+                head[v] = len(text)
+            else:
+                head[v] = first
+                tail[v] = len(text) - text.rfind(b"\n") - 1
+        self.head: list[int] = head.tolist()
+        self.tail: list[int] = tail.tolist()
+        self.longest = int(head.max())
+        words = -(-vocab_size // 32)
+        fits = np.zeros((self.longest, words * 32), dtype=bool)
+        fits[:, :vocab_size] = head[None, :] <= np.arange(self.longest)[:, None]
+        self.within = torch.from_numpy(np.packbits(fits, axis=1, bitorder="little").view("<i4").copy())
+
+    def advance(self, lengths: list[int], rows: list[int], tokens: list[int]) -> None:
+        """Add each row's new token to the length of its current line."""
+        for i, t in zip(rows, tokens):
+            lengths[i] = self.tail[t] if self.tail[t] >= 0 else lengths[i] + self.head[t]
+
+    def restrict(self, mask: Any, rows: list[int], room: list[int]) -> None:
+        """Clear from ``mask[rows]`` every token that would carry the row's line past its ``room`` bytes."""
+        import torch
+
+        tight = [(i, max(0, r)) for i, r in zip(rows, room) if r < self.longest]
+        if tight:
+            index = torch.tensor([i for i, _ in tight])
+            mask[index] &= self.within[torch.tensor([r for _, r in tight])]
 
 
 class _XgrammarRows:
@@ -676,11 +744,16 @@ class _GrammarMask:
     for the forward pass to finish. Without a tap for the step the call reads the tokens itself (``untapped``).
     """
 
-    def __init__(self, rows: _XgrammarRows | _GuidanceRows, vocab_size: int, kernel: str) -> None:
+    def __init__(self, rows: _XgrammarRows | _GuidanceRows, vocab_size: int, kernel: str,
+                 lines: _LineTable | None = None, bounds: list[int | None] | None = None) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
         self._rows = rows
+        # GenParams.max_line_chars per row (None: unbounded) and the length of each row's current line
+        self._lines = lines
+        self._bound = {i: b for i, b in enumerate(bounds or []) if b is not None} if lines is not None else {}
+        self._line_len = [0] * len(rows)
         self._mask = xgr.allocate_token_bitmask(len(rows), vocab_size)
         self._kernel: Any = kernel  # one of GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
@@ -732,6 +805,8 @@ class _GrammarMask:
             t0 = t1
             rows = self._rows.live()
             self._rows.accept(rows, [last[i] for i in rows])
+            if self._lines is not None:
+                self._lines.advance(self._line_len, list(self._bound), [last[i] for i in self._bound])
         self._calls += 1
         live = self._rows.live()
         if live:
@@ -739,6 +814,9 @@ class _GrammarMask:
                 raise EngineError(f"constrained decoding supports cuda and cpu, not {scores.device.type}")
             self._xgr.reset_token_bitmask(self._mask)
             self._rows.fill(live, self._mask)
+            if self._lines is not None:
+                bounded = [i for i in live if i in self._bound]
+                self._lines.restrict(self._mask, bounded, [self._bound[i] - self._line_len[i] for i in bounded])
             self._xgr.apply_token_bitmask_inplace(scores, self._mask.to(scores.device), vocab_size=scores.shape[-1],
                                                   backend=self._kernel)
         self.host += time.perf_counter() - t0

@@ -71,6 +71,7 @@ class OpenAIEngine(Engine):
         """One chat completion; API and connection errors raise :class:`EngineError`."""
         if self._client is None:
             raise EngineError("openai engine is not running")
+        self.check_line_bound(params)
         import openai
 
         kwargs: dict[str, Any] = {

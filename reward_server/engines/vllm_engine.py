@@ -65,6 +65,7 @@ class VllmEngine(Engine):
     async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
         if self._llm is None:
             raise EngineError("the vLLM engine is not started")
+        self.check_line_bound(params)
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 

@@ -270,6 +270,68 @@ async def test_regex_the_grammar_library_rejects_fails_its_batch_with_the_reason
         await guidance.stop()
 
 
+@needs_model
+async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: TransformersEngine) -> None:
+    """Rows with an unbounded regex + max_line_chars (the judge's form on this engine) share a batch with a counted
+    regex row and a free row; every bounded answer is one the counted repetition accepts, and the bound binds."""
+    import re
+
+    from reward_server.judge import round_constraint, round_regex
+
+    assert hf_engine.supports_line_bound
+    components = [("step1",), ("preference",), ("step1",)]
+    chats = [[{"role": "user", "content": f"Explain at length why people feel lonely after moving ({i})."}]
+             for i in range(3)]
+    constrained = [GenParams(max_tokens=48, regex=regex, max_line_chars=line)
+                   for regex, line in (round_constraint(c, 24, line_bound=True) for c in components)]
+    counted = GenParams(max_tokens=48, regex=round_regex(("step1",), 24))
+    before = hf_engine.stats.batches
+    *bounded, same, free = await asyncio.gather(
+        *(hf_engine.generate(c, q, f"lb{i}") for i, (c, q) in enumerate(zip(chats, constrained))),
+        hf_engine.generate(chats[2], counted, "counted"), hf_engine.generate(_chat(4), GenParams(max_tokens=40), "free"))
+    assert hf_engine.stats.batches - before == 1
+    for c, r in zip(components, bounded):
+        assert r.finish_reason == "stop" and re.fullmatch(round_regex(c, 24), r.text), r
+    assert max(len(r.text.split("\n")[0]) for r in bounded) >= len("Rationale: ") + 20  # the bound did bind
+    assert same.text == bounded[2].text  # counted regex and line bound: the same greedy answer for this ASCII prompt
+    assert not free.text.startswith("Rationale: ")  # the free row stays unconstrained
+
+
+@needs_model
+async def test_line_bound_is_refused_where_it_cannot_hold(hf_engine: TransformersEngine) -> None:
+    with pytest.raises(EngineError, match="max_line_chars must be >= 1 and come with a regex"):
+        await hf_engine.generate(_chat(0), GenParams(max_tokens=4, max_line_chars=20), "no-regex")
+    off = TransformersEngine(_hf_config(extra={"line_bound": "false"}))
+    assert off.supports_regex and not off.supports_line_bound
+    await off.start()
+    try:
+        with pytest.raises(EngineError, match="max_line_chars is not supported by the transformers engine"):
+            await off.generate(_chat(0), GenParams(max_tokens=4, regex="[a-z]+", max_line_chars=20), "off")
+    finally:
+        await off.stop()
+
+
+def test_line_table_counts_bytes_per_line_and_masks_what_would_overflow() -> None:
+    import torch
+    import xgrammar as xgr
+
+    from reward_server.engines.hf_engine import _LineTable
+
+    vocab = [b"ab", b"\n", b"abc\nd", b"xyz\n", b"<eos>", "\u00e9".encode(), b"abcd"] + [b"q"] * 30
+    table = _LineTable(vocab, len(vocab), special={4})
+    assert table.head[:7] == [2, 0, 3, 3, 0, 2, 4] and table.tail[:7] == [-1, 0, 1, 0, -1, -1, -1]
+    assert table.longest == 4 and table.within.shape == (4, 2)
+    lengths = [0, 5]
+    table.advance(lengths, [0, 1], [0, 2])  # "ab" extends row 0's line; "abc\nd" starts a new one on row 1
+    table.advance(lengths, [0, 1], [5, 3])  # "é" is 2 bytes; "xyz\n" ends row 1's line
+    assert lengths == [4, 0]
+    mask = xgr.allocate_token_bitmask(2, len(vocab))
+    table.restrict(mask, [0, 1], [2, 9])  # row 0 has 2 bytes left, row 1 room for any token
+    allowed = [[bool(mask[r, v // 32] >> (v % 32) & 1) for v in range(7)] for r in range(2)]
+    assert allowed == [[True, True, False, False, True, True, False], [True] * 7]
+    assert torch.equal(mask[1], xgr.allocate_token_bitmask(1, len(vocab))[0])
+
+
 def test_batch_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(BatchStats, "keep", 3)
     stats = BatchStats(batches=6)
@@ -394,6 +456,10 @@ async def test_openai_without_regex_support_sends_no_structured_outputs(openai_s
     assert not engine.supports_regex
     await engine.start()
     await engine.generate([{"role": "user", "content": "hi"}], GenParams(regex="x+"), "req-2")
+    sent_so_far = len(openai_server.requests)
+    with pytest.raises(EngineError, match="max_line_chars is not supported by the openai engine"):
+        await engine.generate([{"role": "user", "content": "hi"}], GenParams(regex="x+", max_line_chars=9), "req-3")
+    assert len(openai_server.requests) == sent_so_far  # refused before anything was sent
     await engine.stop()
     sent = openai_server.requests[-1]
     assert sent["model"] == "judge" and "structured_outputs" not in sent and "seed" not in sent

@@ -5,12 +5,23 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cer.dialogue import Role, Turn
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, parse_verdicts
-from reward_server.judge import JudgeSettings, load_template, plan_rounds, render_judge_chat, round_regex
+from reward_server.engines.fake import FakeEngine
+from reward_server.judge import (
+    Judge,
+    JudgeSettings,
+    load_template,
+    plan_rounds,
+    render_judge_chat,
+    round_constraint,
+    round_regex,
+)
 from reward_server.types import JudgeMode
 
 CAND = ("<analysis>Exam stress; exploration.</analysis><emotion>negative; anxiety; 4</emotion>"
@@ -42,3 +53,39 @@ def test_sft_chat_fits_grammar_and_parses_back(mode: JudgeMode) -> None:
         got = parse_verdicts(answer, plan.kinds)
         assert got == [GOLD[c] for c in plan.components]
         assert all(k in (Kind.STEP, Kind.PREFERENCE) for k in plan.kinds)
+
+
+_LINE = st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=130)
+
+
+@settings(max_examples=300, deadline=None)
+@given(components=st.sampled_from([("step1",), ("preference",), ("step1", "step2", "step3", "preference")]),
+       rationales=st.lists(_LINE, min_size=1, max_size=4), labels=st.lists(
+           st.sampled_from(["True", "False", "first", "second", "both_good", "neither", "maybe"]), min_size=4,
+           max_size=4), joiner=st.sampled_from(["\n", "\n\n", " "]))
+def test_line_bound_constraint_accepts_exactly_the_counted_language(
+        components: tuple[str, ...], rationales: list[str], labels: list[str], joiner: str) -> None:
+    """An unbounded regex plus max_line_chars accepts the same answers as the counted repetition (in characters)."""
+    answer = "\n".join(f"Rationale: {r}{joiner}Verdict: {v}" for r, v in zip(rationales, labels))
+    counted = round_regex(components, 100)
+    regex, line = round_constraint(components, 100, line_bound=True)
+    assert line == len("Rationale: ") + 100 and regex == round_regex(components, None)
+    bounded = re.fullmatch(regex, answer) is not None and all(len(x) <= line for x in answer.split("\n"))
+    assert bounded == (re.fullmatch(counted, answer) is not None)
+
+
+def test_round_constraint_keeps_the_counted_regex_without_a_line_bound() -> None:
+    assert round_constraint(("step1",), 100, line_bound=False) == (round_regex(("step1",), 100), None)
+    # a line bound under "Verdict: both_good" could not stand for a 5-character rationale: the count stays in the regex
+    assert round_constraint(("preference",), 5, line_bound=True) == (round_regex(("preference",), 5), None)
+
+
+@pytest.mark.parametrize("line_bound", [True, False])
+async def test_judge_puts_the_rationale_bound_where_the_engine_takes_it(line_bound: bool) -> None:
+    engine = FakeEngine(lambda messages, params: "Rationale: fine.\nVerdict: True", supports_regex=True,
+                        supports_line_bound=line_bound)
+    await engine.start()
+    judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
+    await judge.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.PRM)
+    sent = {(c.params.regex, c.params.max_line_chars) for c in engine.calls}
+    assert sent == {round_constraint(("step1",), 100, line_bound)} and len(engine.calls) == 3
