@@ -69,6 +69,12 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--grammar-kernel", default=None,
                    choices=GRAMMAR_KERNELS,
                    help="transformers backend: xgrammar's mask-apply kernel (default auto: Triton on CUDA, native on CPU)")
+    s.add_argument("--grammar-threads", type=int, default=None,
+                   help="transformers backend: threads filling a batch's verdict masks (default 1; more only pays for "
+                        "grammars with long counted repetitions, see bench.grammar_fill)")
+    s.add_argument("--no-line-bound", action="store_true",
+                   help="transformers backend: bound the judge's rationale with a counted repetition in the grammar "
+                        "(as on vLLM) instead of the engine's line bound")
     s.add_argument("--max-wait-ms", type=float, default=5.0, help="transformers backend micro-batch wait")
     s.add_argument("--openai-base-url", default=_env("OPENAI_BASE_URL", None))
     s.add_argument("--openai-api-key", default=_env("OPENAI_API_KEY", None))
@@ -93,6 +99,10 @@ def engine_extra(a: argparse.Namespace) -> dict[str, str]:
         extra["grammar_kernel"] = a.grammar_kernel
     if a.grammar_backend:
         extra["grammar_backend"] = a.grammar_backend
+    if a.grammar_threads:
+        extra["grammar_threads"] = str(a.grammar_threads)
+    if a.no_line_bound:
+        extra["line_bound"] = "false"
     return extra
 
 

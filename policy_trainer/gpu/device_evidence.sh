@@ -7,8 +7,9 @@
 #   bench    carry .gpu-policy/c3 + compeer: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
 #   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
-#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL and --grammar-backend
-#            $JUDGE_GRAMMAR_BACKEND when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
+#            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
+#            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --no-line-bound when
+#            JUDGE_LINE_BOUND=false) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
 #            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all)
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
@@ -76,6 +77,8 @@ run)
   [ "${JUDGE_STATIC_CACHE:-false}" = true ] && SERVE_ARGS+=(--static-cache)
   [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && SERVE_ARGS+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
   [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && SERVE_ARGS+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
+  [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && SERVE_ARGS+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
+  [ "${JUDGE_LINE_BOUND:-true}" = false ] && SERVE_ARGS+=(--no-line-bound)
   python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!
   python3 - <<'PY' || { kill "$SERVER"; exit 1; }

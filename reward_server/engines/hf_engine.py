@@ -57,7 +57,6 @@ import concurrent.futures
 import gc
 import importlib.util
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -194,6 +193,7 @@ class TransformersEngine(Engine):
         self._kv_len = 0
         self._reuse_kv = True
         self._grammar_kernel = "auto"
+        self._grammar_threads = 1
         self.stats = BatchStats()
 
     # ------------------------------------------------------------------ lifecycle
@@ -262,6 +262,10 @@ class TransformersEngine(Engine):
         if kernel not in GRAMMAR_KERNELS:
             raise EngineError(f"grammar_kernel {kernel!r}: expected one of {', '.join(GRAMMAR_KERNELS)}")
         self._grammar_kernel = kernel
+        threads = self.config.extra.get("grammar_threads", "1")
+        if not threads.isdigit() or int(threads) < 1:
+            raise EngineError(f"grammar_threads {threads!r}: expected an integer >= 1")
+        self._grammar_threads = int(threads)
         if self._grammar_backend not in GRAMMAR_BACKENDS:
             raise EngineError(f"grammar_backend {self._grammar_backend!r}: expected one of "
                               f"{', '.join(GRAMMAR_BACKENDS)}")
@@ -555,8 +559,7 @@ class TransformersEngine(Engine):
         if pattern is None:
             return None
         if pattern not in self._grammars:
-            # masks of a batch's rows are filled in parallel: half the CPUs this process may use, at most 8
-            threads = max(1, min(8, len(os.sched_getaffinity(0)) // 2))
+            threads = self._grammar_threads
             if self._grammar_backend == "xgrammar":
                 import xgrammar as xgr
 
@@ -755,6 +758,8 @@ class _GrammarMask:
         self._bound = {i: b for i, b in enumerate(bounds or []) if b is not None} if lines is not None else {}
         self._line_len = [0] * len(rows)
         self._mask = xgr.allocate_token_bitmask(len(rows), vocab_size)
+        self._device_mask: Any = None  # CUDA: the mask's device copy (the host mask is then pinned)
+        self._mask_copied: Any = None  # CUDA event recorded after the host mask was copied
         self._kernel: Any = kernel  # one of GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
         self._taps = 0  # token columns tapped so far
@@ -812,12 +817,25 @@ class _GrammarMask:
         if live:
             if scores.device.type not in ("cuda", "cpu"):
                 raise EngineError(f"constrained decoding supports cuda and cpu, not {scores.device.type}")
+            if scores.is_cuda and self._device_mask is None:
+                import torch
+
+                self._mask = self._mask.pin_memory()
+                self._device_mask = torch.empty_like(self._mask, device=scores.device)
+                self._mask_copied = torch.cuda.Event()
+            elif scores.is_cuda:
+                self._mask_copied.synchronize()  # the last step's copy has read the host mask (long done, normally)
             self._xgr.reset_token_bitmask(self._mask)
             self._rows.fill(live, self._mask)
             if self._lines is not None:
                 bounded = [i for i in live if i in self._bound]
                 self._lines.restrict(self._mask, bounded, [self._bound[i] - self._line_len[i] for i in bounded])
-            self._xgr.apply_token_bitmask_inplace(scores, self._mask.to(scores.device), vocab_size=scores.shape[-1],
+            device_mask = self._mask
+            if scores.is_cuda:  # queued behind this step's forward pass: the host does not wait for it here
+                self._device_mask.copy_(self._mask, non_blocking=True)
+                self._mask_copied.record()
+                device_mask = self._device_mask
+            self._xgr.apply_token_bitmask_inplace(scores, device_mask, vocab_size=scores.shape[-1],
                                                   backend=self._kernel)
         self.host += time.perf_counter() - t0
         return scores

@@ -191,7 +191,8 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
 
 @needs_model
 @pytest.mark.parametrize("option,value,expected", [("grammar_kernel", "warp", "expected one of auto, "),
-                                                   ("grammar_backend", "outlines", "expected one of guidance, xgrammar")])
+                                                   ("grammar_backend", "outlines", "expected one of guidance, xgrammar"),
+                                                   ("grammar_threads", "0", "expected an integer >= 1")])
 async def test_unknown_grammar_option_fails_the_start_naming_it(option: str, value: str, expected: str) -> None:
     engine = TransformersEngine(_hf_config(extra={option: value}))
     with pytest.raises(EngineError, match=f"{option} '{value}': {expected}"):
