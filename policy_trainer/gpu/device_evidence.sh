@@ -79,7 +79,8 @@ run)
   [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && SERVE_ARGS+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
   [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && SERVE_ARGS+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
   [ "${JUDGE_LINE_BOUND:-true}" = false ] && SERVE_ARGS+=(--no-line-bound)
-  python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
+  # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores
+  TOKENIZERS_PARALLELISM=true python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!
   python3 - <<'PY' || { kill "$SERVER"; exit 1; }
 import time, httpx

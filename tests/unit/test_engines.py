@@ -333,6 +333,22 @@ def test_line_table_counts_bytes_per_line_and_masks_what_would_overflow() -> Non
     assert torch.equal(mask[1], xgr.allocate_token_bitmask(1, len(vocab))[0])
 
 
+@needs_model
+def test_left_pad_matches_the_tokenizers_left_padding() -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    from reward_server.engines.hf_engine import left_pad
+
+    tok = AutoTokenizer.from_pretrained(str(MODEL_PATH), local_files_only=True)
+    tok.padding_side = "left"
+    ids = tok(["Hello there, how are you?", "Hi", "A somewhat longer prompt than the others, by a few tokens."],
+              add_special_tokens=False)["input_ids"]
+    want = tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+    got_ids, got_mask = left_pad(ids, tok.pad_token_id, "cpu")
+    assert torch.equal(got_ids, want["input_ids"]) and torch.equal(got_mask, want["attention_mask"])
+
+
 def test_batch_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(BatchStats, "keep", 3)
     stats = BatchStats(batches=6)
