@@ -66,7 +66,8 @@ stage)
 bench)
   prepare || exit 1
   python3 -m bench.grammar_fill --model /tmp/smollm2 --threads 1,2,8 || exit 1
-  python3 -m bench.hf_judge_engine --model /tmp/smollm2 --device cuda ${BENCH_ARGS:-} || exit 1
+  # the engine as the run's server has it (parallel tokenizer)
+  TOKENIZERS_PARALLELISM=true python3 -m bench.hf_judge_engine --model /tmp/smollm2 --device cuda ${BENCH_ARGS:-} || exit 1
   cp bench/results/hf_judge_engine.json bench/results/grammar_fill.json "$OUT"/
   ;;
 run)
