@@ -38,7 +38,7 @@ caps every line of a constrained row, enforced by the mask from a table of each 
 ``[^\n]{1,100}``. A counted repetition is the costliest thing a grammar library masks (32 rows per position: xgrammar
 12-19 ms on one thread of an H100 box, 2.7 ms on 8; ``python -m bench.grammar_fill``); the unbounded pattern plus
 the table costs 0.2-0.6 ms on one thread. Judging one GRPO step on an H100 (``python -m bench.hf_judge_engine``,
-static cache): 1.09 s with the line bound, 2.09 s with the counted repetition on 8 threads.
+static cache): 1.09 s with the line bound, 1.71-2.09 s with the counted repetition on 8 threads (two boxes).
 
 Constrained steps: each step's tokens are tapped to the host before the next forward pass is queued
 (``_GrammarMask.tap``); on CUDA the host mask is pinned and copied without blocking the host, so the mask's host
