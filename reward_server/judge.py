@@ -155,7 +155,8 @@ def round_constraint(components: tuple[str, ...], rationale_max_chars: int,
     Without ``line_bound`` the rationale's length bound is a counted repetition in the regex. With it (an engine
     whose ``supports_line_bound`` is true) the regex leaves the rationale unbounded and ``max_line_chars`` caps every
     line at ``len("Rationale: ") + rationale_max_chars``: the same answers, since every line of a round is a rationale
-    line or a shorter verdict line, but a grammar library pays for a counted repetition at every position (xgrammar
+    line or a shorter verdict line (an engine that counts UTF-8 bytes, as the transformers engine does, is stricter
+    on non-ASCII text, never looser), but a grammar library pays for a counted repetition at every position (xgrammar
     0.2-0.6 ms per row and position for 100 characters, ~0.003 ms unbounded; ``python -m bench.grammar_fill``), while
     the engine's line bound is a table lookup.
     """
