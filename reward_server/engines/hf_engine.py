@@ -779,6 +779,8 @@ class _GrammarMask:
         self._mask = xgr.allocate_token_bitmask(len(rows), vocab_size)
         self._device_mask: Any = None  # CUDA: the mask's device copy (the host mask is then pinned)
         self._mask_copied: Any = None  # CUDA event recorded after the host mask was copied
+        self._mask_stream: Any = None  # the scores' device's stream (a model on cuda:1 is not on the current device)
+        self._stream: Any = None  # the same for the tapped tokens' copy
         self._kernel: Any = kernel  # one of GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
         self._taps = 0  # token columns tapped so far
@@ -802,9 +804,10 @@ class _GrammarMask:
             if column.is_cuda:
                 self._tapped = torch.empty(column.shape, dtype=column.dtype, pin_memory=True)
                 self._tap_done = torch.cuda.Event()
+                self._stream = torch.cuda.current_stream(column.device)  # the device's, not the current device's
         if column.is_cuda:
             self._tapped.copy_(column, non_blocking=True)
-            self._tap_done.record()
+            self._tap_done.record(self._stream)
         else:
             self._tapped = column.clone()
         self._taps += 1
@@ -842,6 +845,7 @@ class _GrammarMask:
                 self._mask = self._mask.pin_memory()
                 self._device_mask = torch.empty_like(self._mask, device=scores.device)
                 self._mask_copied = torch.cuda.Event()
+                self._mask_stream = torch.cuda.current_stream(scores.device)
             elif scores.is_cuda:
                 self._mask_copied.synchronize()  # the last step's copy has read the host mask (long done, normally)
             self._xgr.reset_token_bitmask(self._mask)
@@ -852,7 +856,7 @@ class _GrammarMask:
             device_mask = self._mask
             if scores.is_cuda:  # queued behind this step's forward pass: the host does not wait for it here
                 self._device_mask.copy_(self._mask, non_blocking=True)
-                self._mask_copied.record()
+                self._mask_copied.record(self._mask_stream)
                 device_mask = self._device_mask
             self._xgr.apply_token_bitmask_inplace(scores, device_mask, vocab_size=scores.shape[-1],
                                                   backend=self._kernel)
