@@ -1,6 +1,6 @@
 """Host cost of the judge's verdict grammar per decoding position: the masks of a batch of rows filled by xgrammar
-(one row at a time, and its BatchGrammarMatcher on N threads) and by llguidance (its LLExecutor on N threads, the
-transformers engine's default), for the bounded rationale pattern the judge uses on vLLM (a counted repetition,
+(one row at a time, and its BatchGrammarMatcher on N threads, the transformers engine's default library) and by
+llguidance (its LLExecutor on N threads), for the bounded rationale pattern the judge uses on vLLM (a counted repetition,
 ``[^\n]{1,100}``) and an unbounded one; then the transformers engine's form of the same bound (the unbounded pattern
 filled by xgrammar plus its line-length table, ``max_line_chars``). Side by side in one run on this machine's CPU; the
 mean and the worst position.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import print_table, write_result
-from reward_server.engines.hf_engine import _LineTable, guidance_tokenizer
+from reward_server.engines.hf_engine import LineTable, guidance_tokenizer
 from reward_server.judge import JudgeSettings, round_constraint, round_regex
 from reward_server.model_store import resolve_model
 
@@ -40,7 +40,7 @@ def _time_positions(fill: Callable[[], None], accept: Callable[[int], bool], tok
 
 
 def fill_ms(xgr: Any, grammar: Any, tokens: list[int], rows: int, vocab: int, threads: int | None,
-            lines: _LineTable | None = None, max_line: int = 0) -> tuple[float, float]:
+            lines: LineTable | None = None, max_line: int = 0) -> tuple[float, float]:
     """xgrammar: mean and worst milliseconds per position to fill ``rows`` masks (``threads`` None: row by row);
     with ``lines``, each mask is also held to ``max_line`` bytes per line, as the transformers engine does."""
     matchers = [xgr.GrammarMatcher(grammar) for _ in range(rows)]
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     # the transformers engine's form of the bound: the unbounded pattern + the line table (max_line_chars)
     unbounded, max_line = round_constraint(("step1",), JudgeSettings().rationale_max_chars, line_bound=True)
     assert max_line is not None
-    table = _LineTable([bytes(t) for t in info.decoded_vocab], vocab, set(info.special_token_ids))
+    table = LineTable([bytes(t) for t in info.decoded_vocab], vocab, set(info.special_token_ids))
     grammar = compiler.compile_regex(unbounded)
     for n in threads:
         ms, worst = fill_ms(xgr, grammar, tokens, args.rows, vocab, n, table, max_line)

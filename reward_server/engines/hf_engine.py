@@ -34,7 +34,7 @@ Grammar backends (``extra["grammar_backend"]``, vLLM's names): ``xgrammar`` (def
 
 Line bound (``supports_line_bound``; ``extra["line_bound"] = "false"`` turns it off): ``GenParams.max_line_chars``
 caps every line of a constrained row, enforced by the mask from a table of each token's byte lengths
-(``_LineTable``), so the judge sends its rationale as ``[^\n]+`` plus a line cap instead of the counted repetition
+(``LineTable``), so the judge sends its rationale as ``[^\n]+`` plus a line cap instead of the counted repetition
 ``[^\n]{1,100}``. A counted repetition is the costliest thing a grammar library masks (32 rows per position: xgrammar
 12-19 ms on one thread of an H100 box, 2.7 ms on 8; ``python -m bench.grammar_fill``); the unbounded pattern plus
 the table costs 0.2-0.6 ms on one thread. Judging one GRPO step on an H100 (``python -m bench.hf_judge_engine``,
@@ -197,7 +197,7 @@ class TransformersEngine(Engine):
         self._grammar_pool: Any = None  # the mask-filling threads: xgrammar's BatchGrammarMatcher or an LLExecutor
         self._grammars: dict[str, Any] = {}
         self._token_info: Any = None  # xgrammar's TokenizerInfo (both backends read the token bytes from it)
-        self._lines: _LineTable | None = None
+        self._lines: LineTable | None = None
         self._queue: collections.deque[_Request] = collections.deque()
         self._running: list[_Request] = []
         self._wakeup: asyncio.Event | None = None
@@ -565,10 +565,10 @@ class TransformersEngine(Engine):
                                                                   stop_token_ids=self._eos_ids)
         return self._token_info
 
-    def _line_table(self) -> _LineTable:
+    def _line_table(self) -> LineTable:
         if self._lines is None:
             info = self._tokenizer_info()
-            self._lines = _LineTable([bytes(t) for t in info.decoded_vocab], self._vocab_size(),
+            self._lines = LineTable([bytes(t) for t in info.decoded_vocab], self._vocab_size(),
                                      set(info.special_token_ids) | set(self._eos_ids))
         return self._lines
 
@@ -646,7 +646,7 @@ class _GuidanceVocabulary:
         return list(self._tok.encode(text, add_special_tokens=False))
 
 
-class _LineTable:
+class LineTable:
     """Every token's length for ``GenParams.max_line_chars``, and the masks that keep a line within its bound.
 
     ``head[v]``: bytes of token ``v`` before its first newline (all its bytes if it has none); ``tail[v]``: bytes
@@ -767,7 +767,7 @@ class _GrammarMask:
     """
 
     def __init__(self, rows: _XgrammarRows | _GuidanceRows, vocab_size: int, kernel: str,
-                 lines: _LineTable | None = None, bounds: list[int | None] | None = None) -> None:
+                 lines: LineTable | None = None, bounds: list[int | None] | None = None) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
@@ -779,8 +779,7 @@ class _GrammarMask:
         self._mask = xgr.allocate_token_bitmask(len(rows), vocab_size)
         self._device_mask: Any = None  # CUDA: the mask's device copy (the host mask is then pinned)
         self._mask_copied: Any = None  # CUDA event recorded after the host mask was copied
-        self._mask_stream: Any = None  # the scores' device's stream (a model on cuda:1 is not on the current device)
-        self._stream: Any = None  # the same for the tapped tokens' copy
+        self._stream: Any = None  # CUDA: the model's device's stream (a model on cuda:1 is not on the current device)
         self._kernel: Any = kernel  # one of GRAMMAR_KERNELS (xgrammar types it as a Literal)
         self._calls = 0  # mask calls so far (the first one follows the prefill and reads no token)
         self._taps = 0  # token columns tapped so far
@@ -804,7 +803,7 @@ class _GrammarMask:
             if column.is_cuda:
                 self._tapped = torch.empty(column.shape, dtype=column.dtype, pin_memory=True)
                 self._tap_done = torch.cuda.Event()
-                self._stream = torch.cuda.current_stream(column.device)  # the device's, not the current device's
+                self._stream = torch.cuda.current_stream(column.device)
         if column.is_cuda:
             self._tapped.copy_(column, non_blocking=True)
             self._tap_done.record(self._stream)
@@ -845,7 +844,7 @@ class _GrammarMask:
                 self._mask = self._mask.pin_memory()
                 self._device_mask = torch.empty_like(self._mask, device=scores.device)
                 self._mask_copied = torch.cuda.Event()
-                self._mask_stream = torch.cuda.current_stream(scores.device)
+                self._stream = torch.cuda.current_stream(scores.device)
             elif scores.is_cuda:
                 self._mask_copied.synchronize()  # the last step's copy has read the host mask (long done, normally)
             self._xgr.reset_token_bitmask(self._mask)
@@ -856,7 +855,7 @@ class _GrammarMask:
             device_mask = self._mask
             if scores.is_cuda:  # queued behind this step's forward pass: the host does not wait for it here
                 self._device_mask.copy_(self._mask, non_blocking=True)
-                self._mask_copied.record(self._mask_stream)
+                self._mask_copied.record(self._stream)
                 device_mask = self._device_mask
             self._xgr.apply_token_bitmask_inplace(scores, device_mask, vocab_size=scores.shape[-1],
                                                   backend=self._kernel)

@@ -316,10 +316,10 @@ def test_line_table_counts_bytes_per_line_and_masks_what_would_overflow() -> Non
     import torch
     import xgrammar as xgr
 
-    from reward_server.engines.hf_engine import _LineTable
+    from reward_server.engines.hf_engine import LineTable
 
     vocab = [b"ab", b"\n", b"abc\nd", b"xyz\n", b"<eos>", "\u00e9".encode(), b"abcd"] + [b"q"] * 30
-    table = _LineTable(vocab, len(vocab), special={4})
+    table = LineTable(vocab, len(vocab), special={4})
     assert table.head[:7] == [2, 0, 3, 3, 0, 2, 4] and table.tail[:7] == [-1, 0, 1, 0, -1, -1, -1]
     assert table.longest == 4 and table.within.shape == (4, 2)
     lengths = [0, 5]
