@@ -9,6 +9,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "judge": "reward_trainer.cli",
     "judge-eval": "reward_trainer.cli",
+    "judge-contrast": "reward_trainer.cli",
     "judge-ablation": "reward_trainer.cli",
     "grpo": "policy_trainer.cli",
 }

@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # datasets is imported when used: it costs ~1.5 s, and the ot
     from datasets import Dataset, DatasetDict, Features
 
 SPLITS = ("train", "heldout")
-SFT_MODES: tuple[str, ...] = (JudgeMode.UNIFIED.value, JudgeMode.PRM.value, JudgeMode.ORM.value)
+SFT_MODES: tuple[str, ...] = (JudgeMode.UNIFIED.value, JudgeMode.PRM.value, JudgeMode.ORM.value, JudgeMode.REPLY.value)
 
 
 @lru_cache(maxsize=1)
@@ -201,8 +201,13 @@ def make_ablation_sets(base: Sequence[Record], rewrites: Sequence[Record], perso
     training items; each adds exactly ``n_extra`` training items whose base dialogue is not held out:
     D duplicates base training items (``source: duplicate``), R samples plain rewrites (``rewrites``: judge
     items from ``persona --mode rewrite``), P samples persona rewrites (``personas``). ``n_extra`` defaults to
-    the largest size all three can supply; asking for more than a pool holds raises ``ValueError``.
+    the largest size all three can supply; asking for more than a pool holds raises ``ValueError``. Only items with
+    every CER label take part (mode-``reply`` items are left out).
     """
+    def cer(records: Sequence[Record]) -> list[Record]:  # the ablation is about CER items (mode-reply items aside)
+        return [i for i in records if all(c in (i.get("labels") or {}) for c in COMPONENTS)]
+
+    base, rewrites, personas = cer(base), cer(rewrites), cer(personas)
     held = heldout_dialogues((i["dialogue_id"] for i in base), heldout_fraction, seed)
     base_train = [i for i in base if base_dialogue_id(i["dialogue_id"]) not in held]
     pools = {"R": [i for i in rewrites if base_dialogue_id(i["dialogue_id"]) not in held],
@@ -229,6 +234,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common(p)
     p.add_argument("--modes", nargs="+", default=list(SFT_MODES), choices=SFT_MODES, help="judge SFT modes")
     p.add_argument("--heldout-fraction", type=float, default=0.1, help="share of dialogues held out")
+    p.add_argument("--heldout-from", action="append", default=[], metavar="FILE",
+                   help="hold out exactly the dialogues of the records in FILE (e.g. another split's items; "
+                        "repeatable); replaces --heldout-fraction")
     p.add_argument("--template", default=DEFAULT_TEMPLATE, help="judge template version or YAML")
     p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
     p.set_defaults(run=run)
@@ -238,7 +246,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     """Execute the emit stage: judge items → judge_sft/<mode>, round records → grpo_prompts."""
     st = StageRun("emit", args.out, argv, list(args.inputs),
                   params={"modes": args.modes, "heldout_fraction": args.heldout_fraction, "seed": args.seed,
-                          "template": args.template, "limit": args.limit})
+                          "template": args.template, "limit": args.limit, "heldout_from": args.heldout_from})
     from datasets.utils.logging import disable_progress_bar
 
     disable_progress_bar()
@@ -246,13 +254,18 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     items = limited([r for r in records if r["record"] == JUDGE_ITEM], args.limit)
     rounds = limited([r for r in records if r["record"] == ROUND], args.limit)
     taxonomy = load_taxonomy(args.taxonomy)
-    held = heldout_dialogues([r["dialogue_id"] for r in (*items, *rounds)], args.heldout_fraction, args.seed)
+    if args.heldout_from:
+        held = {base_dialogue_id(r["dialogue_id"] if "dialogue_id" in r else r["id"])
+                for r in read_records([Path(p) for p in args.heldout_from])}
+    else:
+        held = heldout_dialogues([r["dialogue_id"] for r in (*items, *rounds)], args.heldout_fraction, args.seed)
     sft = build_judge_sft(items, args.modes, template=load_template(args.template), taxonomy=taxonomy, heldout=held)
     counts: dict[str, Any] = {"judge_items": len(items), "rounds": len(rounds), "heldout_dialogues": len(held)}
     for mode, dd in sft.items():
         dd.save_to_disk(str(st.path(f"judge_sft/{mode}")))
         counts[f"judge_sft_{mode}"] = {s: len(dd[s]) for s in SPLITS}
-    counts["judge_skipped_not_cer"] = len(items) - sum(len(d) for d in next(iter(sft.values())).values()) if sft else 0
+        # items without what the mode judges (a complete CER output; a reply for mode reply) or its labels
+        counts[f"judge_skipped_{mode}"] = len(items) - sum(len(dd[s]) for s in SPLITS)
     counts["sources"] = dict(sorted(Counter(str(i.get("source", "silver")) for i in items).items()))
     prompts = build_grpo_prompts(rounds, heldout=held, taxonomy=taxonomy)
     prompts.save_to_disk(str(st.path("grpo_prompts")))

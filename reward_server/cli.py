@@ -32,7 +32,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="engine (env COMPEER_BACKEND)")
     s.add_argument("--model", default=_env("COMPEER_MODEL", "default"),
                    help="'default' (embedded SmolLM2-135M-Instruct) or an HF folder (env COMPEER_MODEL)")
-    s.add_argument("--adapter", default=_env("COMPEER_ADAPTER", None), help="PEFT LoRA folder (env COMPEER_ADAPTER)")
+    s.add_argument("--adapter", default=_env("COMPEER_ADAPTER", None),
+                   help="'default': the shipped ESConv judge adapter merged into the default model (the default with "
+                        "--model default); 'none': the bare model; or a PEFT LoRA folder (env COMPEER_ADAPTER)")
     s.add_argument("--host", default=_env("COMPEER_HOST", "0.0.0.0"))
     s.add_argument("--grpc-port", type=int, default=int(_env("COMPEER_GRPC_PORT", 50051)))
     s.add_argument("--http-port", type=int, default=int(_env("COMPEER_HTTP_PORT", 8000)))

@@ -27,7 +27,7 @@ from reward_server.engines import create_engine
 from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
 from reward_server.http.app import create_app
 from reward_server.metrics import Metrics
-from reward_server.model_store import adapter_id, default_embedding_path, resolve_model
+from reward_server.model_store import NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
 
 log = logging.getLogger(__name__)
 DEFAULT_EMBEDDING_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -64,13 +64,16 @@ async def build_core(config: ServerConfig) -> RewardCore:
     config.validate()
     if config.engine.backend != "openai":
         dtype = "float32" if config.engine.device in ("auto", "cpu") else "bfloat16"
-        ref = await asyncio.to_thread(resolve_model, config.model, dtype)
-        config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision)
+        # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
+        ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter, dtype)
+        config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision,
+                                adapter=runtime_adapter,
+                                adapter_id=ref.adapter or (adapter_id(runtime_adapter) if runtime_adapter else None))
     else:
+        if config.engine.adapter not in (None, NO_ADAPTER):
+            raise ValueError("--adapter: the openai backend serves whatever the remote endpoint serves; leave it out")
         name = config.engine.openai_model or config.model
-        config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote")
-    if config.engine.adapter is not None:
-        config.engine = replace(config.engine, adapter_id=adapter_id(config.engine.adapter))
+        config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote", adapter=None)
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)

@@ -6,6 +6,7 @@ Heavy imports (torch, transformers, trl, peft, datasets, sklearn, matplotlib) ha
 need them, so importing this package is cheap.
 """
 
-VARIANTS: tuple[str, ...] = ("unified", "prm", "orm")
+#: Judge variants = the serving modes a judge is trained for (``reply``: the point-wise plain-reply mode).
+VARIANTS: tuple[str, ...] = ("unified", "prm", "orm", "reply")
 
 __all__ = ["VARIANTS"]

@@ -1,9 +1,10 @@
-"""``compeer-train judge | judge-eval | judge-ablation``: train, evaluate and ablate the UnifiReward judge.
+"""``compeer-train judge | judge-eval | judge-contrast | judge-ablation``: train, evaluate and ablate the judge.
 
 ``main(argv)`` takes the command as ``argv[0]`` (``compeer_cli.train`` dispatches here)::
 
     compeer-train judge --config cpu-smoke|gpu|FILE [--out DIR] [--max-steps N] [--data DIR] [--variant V]
     compeer-train judge-eval --adapter DIR [--adapter VARIANT=DIR ...] --data DIR --out DIR [--backend ...]
+    compeer-train judge-contrast --groups GROUPS.jsonl [--adapter [LABEL=]DIR ...] [--no-base] --out DIR
     compeer-train judge-ablation --config FILE --out DIR --items ITEMS.jsonl [--rewrite F --persona F] [--extra N]
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from reward_server.judge import DEFAULT_TEMPLATE
 from reward_trainer import VARIANTS
 
-COMMANDS = ("judge", "judge-eval", "judge-ablation")
+COMMANDS = ("judge", "judge-eval", "judge-contrast", "judge-ablation")
 
 
 def _eval_flags() -> argparse.ArgumentParser:
@@ -53,7 +54,7 @@ def make_parser() -> argparse.ArgumentParser:
     j.add_argument("--out", default=None, help="adapter output folder (overrides output_dir)")
     j.add_argument("--max-steps", type=int, default=None, help="optimizer steps (overrides max_steps)")
     j.add_argument("--data", default=None, help="judge_sft folder (overrides data_dir)")
-    j.add_argument("--variant", choices=VARIANTS, default=None, help="unified | prm | orm (overrides variant)")
+    j.add_argument("--variant", choices=VARIANTS, default=None, help=f"{' | '.join(VARIANTS)} (overrides variant)")
     j.add_argument("--help-config", action="store_true", help="list reward_trainer's config fields and exit")
 
     e = sub.add_parser("judge-eval", parents=[_eval_flags()], help="Table 1 metrics on the held-out split")
@@ -62,6 +63,13 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--variants", default="", help="comma list of extra variants to evaluate with base/majority rows")
     e.add_argument("--data", required=True, help="judge_sft folder (parent of unified/ prm/ orm/)")
     e.add_argument("--out", required=True, help="report folder (report.md, metrics.json, PNGs)")
+
+    c = sub.add_parser("judge-contrast", parents=[_eval_flags()],
+                       help="reward AUC: a real turn vs each kind of negative (compeer-data contrast groups)")
+    c.add_argument("--groups", required=True, help="contrast groups.jsonl (compeer-data contrast)")
+    c.add_argument("--adapter", action="append", default=[],
+                   help="a trained judge's adapter folder (LABEL=DIR to name it; repeatable)")
+    c.add_argument("--out", required=True, help="report folder (contrast.json, contrast.md)")
 
     a = sub.add_parser("judge-ablation", parents=[_eval_flags()], help="D / R / P training-set ablation")
     a.add_argument("--config", required=True, help="profile name or YAML file (the same for the three runs)")
@@ -141,6 +149,27 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _contrast(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from reward_trainer.contrast import ContrastOptions, run_contrast
+
+    judges: dict[str, str | None] = {} if args.no_base else {"base": None}
+    for value in args.adapter:
+        label, sep, folder = value.partition("=")
+        label, folder = (label, folder) if sep else ("trained" if "trained" not in judges else folder, value)
+        if not (Path(folder) / "adapter_config.json").is_file():
+            raise ValueError(f"--adapter {value!r}: {folder} is not a PEFT adapter folder (no adapter_config.json)")
+        judges[label] = folder
+    runtime = eval_options(args, args.out, args.out).runtime
+    metrics = asyncio.run(run_contrast(ContrastOptions(Path(args.groups), Path(args.out), judges, runtime,
+                                                       args.max_items)))
+    summary = {j: {ref: {k: v[k]["auc"] for k in v if isinstance(v[k], dict)} for ref, v in by.items()}
+               for j, by in metrics["judges"].items()}
+    print(json.dumps({"out": args.out, "auc": summary}))
+    return 0
+
+
 def _ablate(args: argparse.Namespace) -> int:
     from reward_trainer.ablation import run_ablation
     from reward_trainer.config import read_profile
@@ -161,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``argv[0]`` (judge | judge-eval | judge-ablation) with the remaining arguments."""
     args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"judge": _train, "judge-eval": _evaluate, "judge-ablation": _ablate}
+    handlers = {"judge": _train, "judge-eval": _evaluate, "judge-contrast": _contrast, "judge-ablation": _ablate}
     try:
         return handlers[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as exc:

@@ -34,8 +34,14 @@ class JudgeSFTConfig(SFTConfig):
 
     variant: str = field(
         default="unified",
-        metadata={"help": "Which judge to train: 'unified' (4-round UnifiReward), 'prm' (steps only) or 'orm' "
-                          "(reply preference only). Selects the judge_sft/<variant> folder and the serving mode."},
+        metadata={"help": "Which judge to train: 'unified' (4-round UnifiReward), 'prm' (steps only), 'orm' "
+                          "(reply preference only) or 'reply' (plain replies, point-wise). Selects the "
+                          "judge_sft/<variant> folder and the serving mode."},
+    )
+    extra_modes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Other judge_sft modes whose train rows are mixed into the training set (one adapter that "
+                          "also serves them), e.g. [reply]."},
     )
     data_dir: str = field(
         default="out/judge_sft",
@@ -86,6 +92,10 @@ class JudgeSFTConfig(SFTConfig):
         if self.variant not in VARIANTS:
             raise ValueError(f"variant {self.variant!r}: expected one of {', '.join(VARIANTS)}; set `variant:` in "
                              "the profile or pass --variant")
+        bad = [m for m in self.extra_modes if m not in VARIANTS or m == self.variant]
+        if bad:
+            raise ValueError(f"extra_modes {bad}: each must be one of {', '.join(VARIANTS)} and differ from the "
+                             f"variant {self.variant!r}")
         if not str(self.data_dir).strip():
             raise ValueError("data_dir is empty: set `data_dir:` to data_builder's judge_sft folder "
                              "(`compeer-data emit --out OUT` writes OUT/judge_sft) or pass --data")
@@ -187,7 +197,7 @@ def config_help() -> str:
     return "\n".join(f"{f.name}: {f.metadata['help'].replace('%%', '%')}" for f in own)
 
 
-_OWN_FIELDS = frozenset({"variant", "data_dir", "model", "model_dtype", "template", "lora_r", "lora_alpha",
+_OWN_FIELDS = frozenset({"variant", "extra_modes", "data_dir", "model", "model_dtype", "template", "lora_r", "lora_alpha",
                          "lora_dropout", "lora_target_modules", "false_oversample", "max_train_rows"})
 
 __all__ = ["DEFAULT_TARGET_MODULES", "JudgeSFTConfig", "config_from_mapping", "config_help", "load_config",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cer.verdicts import PREFERENCE_LABELS, STEP_LABELS, Verdict
-from reward_server.judge import PREFERENCE
+from reward_server.judge import PREFERENCE, REPLY
 from reward_server.judge import STEP_COMPONENTS as STEPS
 
 INVALID = "invalid"
@@ -21,7 +21,8 @@ FALSE_LABEL = "False"
 
 #: The keys of one variant's figures in metrics.json.
 METRIC_KEYS: tuple[str, ...] = ("step_weighted_f1", "step_false_recall", "response_weighted_f1", "response_accuracy",
-                                "parse_failure_rate", "inconsistency_ratio")
+                                "reply_weighted_f1", "reply_false_recall", "reply_accuracy", "parse_failure_rate",
+                                "inconsistency_ratio")
 
 
 def label_str(v: Verdict | None) -> str:
@@ -74,6 +75,10 @@ class VariantMetrics:
     step_false_recall: list[float | None] = field(default_factory=lambda: [None, None, None])
     response_weighted_f1: float | None = None
     response_accuracy: float | None = None
+    #: mode ``reply`` (a plain reply judged True/False): weighted F1, False recall and accuracy
+    reply_weighted_f1: float | None = None
+    reply_false_recall: float | None = None
+    reply_accuracy: float | None = None
     parse_failure_rate: float | None = None
     inconsistency_ratio: float | None = None
     confusion: dict[str, list[list[int]]] = field(default_factory=dict)
@@ -112,6 +117,13 @@ def score(gold: list[dict[str, Verdict]], pred: list[dict[str, Verdict | None]],
         wf1, rec = step_scores([bool(x) for x in g], [x if isinstance(x, bool) else None for x in p])
         m.step_weighted_f1[i], m.step_false_recall[i] = wf1, rec
         m.confusion[step] = confusion(g, p, STEP_LABELS)
+    if REPLY in components:
+        g = [row[REPLY] for row in gold]
+        p = [row.get(REPLY) for row in pred]
+        m.reply_weighted_f1, m.reply_false_recall = step_scores([bool(x) for x in g],
+                                                                [x if isinstance(x, bool) else None for x in p])
+        m.reply_accuracy = sum(1 for a, b in zip(g, p) if a == b) / len(g) if g else None
+        m.confusion[REPLY] = confusion(g, p, STEP_LABELS)
     if PREFERENCE in components:
         g = [row[PREFERENCE] for row in gold]
         p = [row.get(PREFERENCE) for row in pred]
@@ -131,12 +143,12 @@ def majority_labels(gold: list[dict[str, Verdict]], components: tuple[str, ...])
         values = [row[c] for row in gold]
         if not values:
             raise ValueError(f"no gold labels for {c!r} to take the majority of")
-        order = list(STEP_LABELS if c in STEPS else PREFERENCE_LABELS)
+        order = list(PREFERENCE_LABELS if c == PREFERENCE else STEP_LABELS)
         counts = {lab: sum(1 for v in values if label_str(v) == lab) for lab in order}
         best = max(order, key=lambda lab: (counts[lab], -order.index(lab)))
         out[c] = next(v for v in values if label_str(v) == best)
     return out
 
 
-__all__ = ["INVALID", "METRIC_KEYS", "PREFERENCE", "STEPS", "VariantMetrics", "confusion", "label_str",
+__all__ = ["INVALID", "METRIC_KEYS", "PREFERENCE", "REPLY", "STEPS", "VariantMetrics", "confusion", "label_str",
            "majority_labels", "response_scores", "score", "step_scores"]

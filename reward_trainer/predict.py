@@ -21,6 +21,7 @@ from reward_server.engines.base import Engine, EngineConfig, EngineError
 from reward_server.judge import (
     DEFAULT_TEMPLATE,
     PREFERENCE,
+    REPLY,
     STEP_COMPONENTS,
     Judge,
     JudgeSettings,
@@ -67,7 +68,7 @@ def item_key(dialogue_id: str, candidate: str) -> str:
 def gold_of(labels: dict[str, Any]) -> dict[str, Verdict]:
     """The emit schema's ``labels`` column as verdicts (components absent or null are left out)."""
     out: dict[str, Verdict] = {}
-    for c in STEP_COMPONENTS:
+    for c in (*STEP_COMPONENTS, REPLY):
         if labels.get(c) is not None:
             out[c] = bool(labels[c])
     if labels.get(PREFERENCE) is not None:

@@ -9,10 +9,11 @@ from typing import Any
 
 from cer.verdicts import PREFERENCE_LABELS, STEP_LABELS
 from reward_trainer.inconsistency import RULE
-from reward_trainer.metrics import INVALID, PREFERENCE, STEPS, VariantMetrics
+from reward_trainer.metrics import INVALID, PREFERENCE, REPLY, STEPS, VariantMetrics
 
 COLUMNS: tuple[str, ...] = ("Step1 wF1", "Step1 False-R", "Step2 wF1", "Step2 False-R", "Step3 wF1", "Step3 False-R",
-                            "Resp wF1", "Resp Acc", "Parse fail", "Inconsistency")
+                            "Resp wF1", "Resp Acc", "Reply wF1", "Reply False-R", "Reply Acc", "Parse fail",
+                            "Inconsistency")
 
 
 def plot_confusions(metrics: VariantMetrics, title: str, path: Path) -> Path:
@@ -22,10 +23,10 @@ def plot_confusions(metrics: VariantMetrics, title: str, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    comps = [c for c in (*STEPS, PREFERENCE) if c in metrics.confusion]
+    comps = [c for c in (*STEPS, PREFERENCE, REPLY) if c in metrics.confusion]
     fig, axes = plt.subplots(1, max(1, len(comps)), figsize=(4.2 * max(1, len(comps)), 4.0), squeeze=False)
     for ax, comp in zip(axes[0], comps):
-        rows = list(STEP_LABELS if comp in STEPS else PREFERENCE_LABELS)
+        rows = list(PREFERENCE_LABELS if comp == PREFERENCE else STEP_LABELS)
         cols = [*rows, INVALID]
         matrix = metrics.confusion[comp]
         ax.imshow(matrix, cmap="Blues")
@@ -54,7 +55,8 @@ def table_row(variant: str, judge: str, m: dict[str, Any]) -> str:
     cells = []
     for i in range(3):
         cells += [_pct(m["step_weighted_f1"][i]), _pct(m["step_false_recall"][i])]
-    cells += [_pct(m["response_weighted_f1"]), _pct(m["response_accuracy"]), _pct(m["parse_failure_rate"]),
+    cells += [_pct(m["response_weighted_f1"]), _pct(m["response_accuracy"]), _pct(m.get("reply_weighted_f1")),
+              _pct(m.get("reply_false_recall")), _pct(m.get("reply_accuracy")), _pct(m["parse_failure_rate"]),
               _pct(m["inconsistency_ratio"])]
     return f"| {variant} | {judge} | {m['n_items']} | " + " | ".join(cells) + " |"
 
@@ -69,7 +71,7 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
                   f"- judge settings: {meta.get('settings')}", f"- template: `{meta.get('template')}`",
                   f"- seconds: {meta.get('seconds')}", ""]
     lines += [("Percentages. False-R = recall of the False class; Resp = reply preference (4 classes); parse "
-              "failures count as wrong predictions (never dropped); Inconsistency = Fig. 5a audit ratio (unified "
+              "failures count as wrong predictions (never dropped); Reply = mode reply (a plain reply judged True/False); Inconsistency = Fig. 5a audit ratio (unified "
               "row: the unified judge; prm/orm rows: PRM + ORM together)."), "",
               "| Variant | Judge | n | " + " | ".join(COLUMNS) + " |",
               "|" + "---|" * (len(COLUMNS) + 3)]

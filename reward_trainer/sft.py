@@ -61,6 +61,7 @@ def read_adapter_stamp(adapter_dir: str | Path) -> dict[str, Any]:
 def train(config: JudgeSFTConfig) -> TrainResult:
     """Train the judge adapter described by ``config`` and save it to ``config.output_dir``."""
     import torch
+    from datasets import concatenate_datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
@@ -74,17 +75,21 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     ref = resolve_model(config.model, "bfloat16" if dtype == torch.bfloat16 else "float32")
     template = load_template(config.template)
 
-    sets = load_judge_set(config.data_dir, config.variant)
-    if TRAIN_SPLIT not in sets:
-        raise ValueError(f"{config.data_dir}: no {TRAIN_SPLIT!r} split to train on")
-    check_template(sets[TRAIN_SPLIT], template.system, template.version)
+    splits = []
+    for mode in (config.variant, *config.extra_modes):
+        sets = load_judge_set(config.data_dir, mode)
+        if TRAIN_SPLIT not in sets:
+            raise ValueError(f"{config.data_dir}: the {mode} set has no {TRAIN_SPLIT!r} split to train on")
+        check_template(sets[TRAIN_SPLIT], template.system, template.version)
+        splits.append(sets[TRAIN_SPLIT])
+    rows = concatenate_datasets(splits) if len(splits) > 1 else splits[0]
 
     tokenizer = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     # oversampling False steps only matters to judges that decide steps (the ORM judge sees none)
     false_factor = config.false_oversample if config.variant != "orm" else 1.0
-    train_ds = build_train_dataset(sets[TRAIN_SPLIT], tokenizer, max_rows=config.max_train_rows,
+    train_ds = build_train_dataset(rows, tokenizer, max_rows=config.max_train_rows,
                                    false_factor=false_factor, seed=config.seed)
     model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype, local_files_only=True)
 
@@ -102,6 +107,7 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     stamp = {
         "variant": config.variant,
         "serving_mode": config.variant,
+        "extra_modes": list(config.extra_modes),
         "template_version": template.version,
         "base_model_id": ref.model_id,
         "base_model_revision": ref.revision,

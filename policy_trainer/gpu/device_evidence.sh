@@ -9,7 +9,7 @@
 #   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --no-line-bound when
-#            JUDGE_LINE_BOUND=false) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
+#            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
 #            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all)
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
@@ -35,7 +35,8 @@ m.save_pretrained("/tmp/smollm2")
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained("/tmp/smollm2")
 print("converted to /tmp/smollm2")
 PY
-  tar -xJf .gpu-policy/c3/minilm-q8.tar.xz -C "$S" || return 1
+  tar -xJf "$( [ -f "$S"/minilm-q8.tar.xz ] && echo "$S"/minilm-q8.tar.xz || echo .gpu-policy/c3/minilm-q8.tar.xz)" \
+    -C "$S" || return 1
   python3 - <<'PY' || return 1
 import os, torch
 from safetensors.torch import load_file, save_file
@@ -80,6 +81,7 @@ run)
   [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && SERVE_ARGS+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
   [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && SERVE_ARGS+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
   [ "${JUDGE_LINE_BOUND:-true}" = false ] && SERVE_ARGS+=(--no-line-bound)
+  [ -n "${JUDGE_ADAPTER:-}" ] && SERVE_ARGS+=(--adapter "$JUDGE_ADAPTER")
   # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores
   TOKENIZERS_PARALLELISM=true python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!

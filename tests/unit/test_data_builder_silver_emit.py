@@ -39,54 +39,111 @@ def test_stage_and_intensity_rules() -> None:
     assert round_intensity({}, 1, 1) is None
 
 
+def _cer(items: list[dict]) -> list[dict]:
+    return [it for it in items if "step1" in it["labels"]]
+
+
 def test_silver_false_share_and_labels_match_construction(rounds: list[dict]) -> None:
     tax = load_taxonomy()
-    items, counts = build_silver(rounds, tax, load_config(), false_share=0.23, seed=3)
-    assert len(items) == len(rounds) == counts["items"]
-    n_false = sum(not it["labels"][s] for it in items for s in ("step1", "step2", "step3"))
-    assert n_false == round(0.23 * 3 * len(items))
+    items, counts = build_silver(rounds, tax, load_config(), false_share=0.25, seed=3)
+    cer = _cer(items)
+    assert len(cer) == len(rounds) and len(items) == counts["items"]
+    n_false = sum(not it["labels"][s] for it in cer for s in ("step1", "step2", "step3"))
+    assert n_false == round(0.25 * 3 * len(cer))
     by_round = {(r["dialogue_id"], r["round_index"]): r for r in rounds}
-    for it in items:
+    for it in cer:
         r = by_round[(it["dialogue_id"], it["round_index"])]
         parsed = parse(it["candidate"])
         assert parsed.ok
         for s in ("step1", "step2", "step3"):
             assert it["labels"][s] == (s not in it["construction"]["corrupted"])
-        if it["labels"]["step3"]:
-            assert r["strategy"] in parsed.parts["strategy"]
-        else:
-            assert r["strategy"] not in parsed.parts["strategy"].split(".")[0]
+        # a true step 3 names the strategy the candidate's reply is annotated with; a false one another
+        named = it["construction"]["reply_strategy"] or r["strategy"]
+        assert (named in parsed.parts["strategy"]) == it["labels"]["step3"]
         if it["labels"]["step2"]:
             assert r["meta"]["emotion_type"] in parsed.parts["emotion"]
-        pref, orient = it["labels"]["preference"], it["construction"]["orientation"]
-        if orient == "real_first":
+        pref, pair = it["labels"]["preference"], it["construction"]["pair"]
+        if pair.startswith("gold_vs_"):
             assert pref == "first" and it["reference"] == r["reference"] and parsed.response != r["reference"]
-        elif orient == "real_second":
+        elif pair.endswith("_vs_gold"):
             assert pref == "second" and parsed.response == r["reference"] and it["reference"] != r["reference"]
-        else:
+        elif pair == "off_vs_off":
             assert pref == "neither" and r["reference"] not in (it["reference"], parsed.response)
-        # a mismatched reply comes from another dialogue of the same language
+        else:
+            assert pair == "continuation" and pref == "both_good"
+        if pair in ("gold_vs_other_round", "other_round_vs_gold"):  # the reply of another round, same dialogue
+            other = parsed.response if pair.startswith("gold") else it["reference"]
+            assert other in {x["reference"] for x in rounds if x["dialogue_id"] == r["dialogue_id"]} - {r["reference"]}
         if it["lang"] == "zh":
             assert all("\u4e00" <= ch <= "\u9fff" for ch in parsed.response[:1])
-    # reproducible, and the share is configurable
-    assert build_silver(rounds, tax, load_config(), 0.23, seed=3)[0] == items
-    none_false, _ = build_silver(rounds, tax, load_config(), 0.0, seed=3)
+    # two reply items per round on the same conversation: the real reply (True) and one that belongs elsewhere
+    replies = [it for it in items if "reply" in it["labels"]]
+    assert sum(it["labels"]["reply"] for it in replies) == len(rounds)
+    for it in replies:
+        r = by_round[(it["dialogue_id"], it["round_index"])]
+        assert (parse(it["candidate"]).response == r["reference"]) == it["labels"]["reply"]
+    # reproducible; the share and the reply items are configurable
+    assert build_silver(rounds, tax, load_config(), 0.25, seed=3)[0] == items
+    none_false, _ = build_silver(rounds, tax, load_config(), 0.0, seed=3, reply_items=False)
     assert all(all(it["labels"][s] for s in ("step1", "step2", "step3")) for it in none_false)
-    only_first, _ = build_silver(rounds, tax, load_config(), 0.5, (1.0, 0.0, 0.0), seed=3)
-    assert {it["labels"]["preference"] for it in only_first} == {"first"}
     with pytest.raises(ValueError):
         build_silver(rounds, tax, load_config(), 1.5)
 
 
+def test_wording_varies_independently_of_the_label(rounds: list[dict]) -> None:
+    """Each step's phrasing is drawn for true and false steps alike: no phrasing only ever carries one label."""
+    items, _ = build_silver(rounds * 6, load_taxonomy(), load_config(), false_share=0.4, seed=5, reply_items=False)
+    cfg = load_config()
+    openings = {p.split("{")[0] for p in cfg.templates["en"]["emotion"]}
+    seen: dict[str, set[bool]] = {}
+    for it in items:
+        if it["lang"] != "en":
+            continue
+        text = parse(it["candidate"]).parts["emotion"]
+        opening = max((o for o in openings if text.startswith(o)), key=len)
+        seen.setdefault(opening, set()).add(it["labels"]["step2"])
+    assert len(seen) >= 3 and all(labels == {True, False} for labels in seen.values())
+
+
+def test_hard_negatives_from_dialogue_pools(tmp_path: Path) -> None:
+    """With the dialogues given, a corrupted step 1 takes the situation of another dialogue with the same problem
+    type, and continuation pairs come from the same supporter block."""
+    d = [{"record": "dialogue", "id": f"d{i}", "lang": "en",
+          "meta": {"problem_type": "job crisis", "situation": f"situation number {i}", "emotion_type": "anxiety"},
+          "turns": [{"role": "seeker", "text": f"hello {i}"}, {"role": "supporter", "text": f"hi {i}", "strategy": "Question"},
+                    {"role": "seeker", "text": f"I lost my job {i}"},
+                    {"role": "supporter", "text": f"that is hard {i}", "strategy": "Reflection of Feelings"},
+                    {"role": "supporter", "text": f"what happened {i}", "strategy": "Question"},
+                    {"role": "seeker", "text": f"my boss {i}"},
+                    {"role": "supporter", "text": f"try talking {i}", "strategy": "Providing Suggestions"},
+                    {"role": "seeker", "text": f"ok {i}"},
+                    {"role": "supporter", "text": f"good luck {i}", "strategy": "Others"}]} for i in range(6)]
+    from data_builder.sample import make_round, rounds_of
+
+    rounds = [make_round(x, rounds_of(x["turns"]), k) for x in d for k in range(1, 5)]
+    items, counts = build_silver(rounds, load_taxonomy(), load_config(), false_share=1.0, seed=0, dialogues=d)
+    cer = _cer(items)
+    for it in cer:
+        if it["construction"]["corrupted"].get("step1") == "similar_problem":
+            analysis = parse(it["candidate"]).parts["analysis"]
+            own = it["dialogue_id"][1:]
+            assert "job crisis" in analysis and f"situation number {own}" not in analysis and "situation number" in analysis
+    assert counts["corrupted_step1_similar_problem"] > 0 and counts["pair_continuation"] > 0
+    cont = [it for it in cer if it["construction"]["pair"] == "continuation"]
+    assert all({it["reference"], parse(it["candidate"]).response} == {f"that is hard {it['dialogue_id'][1:]}",
+                                                                      f"what happened {it['dialogue_id'][1:]}"}
+               for it in cont)
+
+
 def test_silver_skips_rounds_without_gold(rounds: list[dict]) -> None:
     broken = [{**rounds[0], "strategy": None}, {**rounds[1], "meta": {**rounds[1]["meta"], "emotion_type": ""}}]
-    items, counts = build_silver(broken + rounds[2:], load_taxonomy(), load_config())
+    items, counts = build_silver(broken + rounds[2:], load_taxonomy(), load_config(), reply_items=False)
     assert counts["skipped_no_strategy"] == 1 and counts["skipped_no_emotion"] == 1
     assert len(items) == len(rounds) - 2
 
 
 def test_emit_columns_messages_and_dialogue_split(tmp_path: Path, rounds: list[dict]) -> None:
-    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1)
+    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1, reply_items=False)
     persona = [{**it, "dialogue_id": it["dialogue_id"] + "#persona", "source": "persona"} for it in items]
     from data_builder.records import write_jsonl
     write_jsonl(tmp_path / "items.jsonl", items + persona)
@@ -127,7 +184,7 @@ def test_heldout_is_stable_and_python_api(rounds: list[dict]) -> None:
     h = heldout_dialogues(ids, 0.2, seed=0)
     assert len(h) == 10 and h == heldout_dialogues(list(reversed(ids)), 0.2, seed=0)
     assert heldout_dialogues(["a", "b"], 0.1) and heldout_dialogues(["a"], 0.1) == set()
-    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1)
+    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=1, reply_items=False)
     sets = build_judge_sft(items, modes=["unified"], heldout_fraction=0.2)
     assert len(sets["unified"]["train"]) + len(sets["unified"]["heldout"]) == len(items)
     empty = build_grpo_prompts([], heldout_fraction=0.2)
@@ -154,13 +211,13 @@ def test_ablation_sets_equal_size(rounds: list[dict]) -> None:
 
 def test_corruptions_stay_in_language_and_unknown_emotions_go_positive(rounds: list[dict]) -> None:
     odd = [{**r, "meta": {**r["meta"], "emotion_type": "wistful"}} for r in rounds]
-    items, _ = build_silver(odd, load_taxonomy(), load_config(), false_share=1.0, seed=2)
+    items, _ = build_silver(odd, load_taxonomy(), load_config(), false_share=1.0, seed=2, reply_items=False)
     cfg = load_config()
     positives = {n for pair in cfg.positive for n in pair}
     for it in items:
         emo = parse(it["candidate"]).parts["emotion"]
         assert any(p in emo for p in positives)
-        if it["construction"]["corrupted"]["step1"] == "wrong_problem":
+        if it["construction"]["corrupted"]["step1"] == "other_problem":
             analysis = parse(it["candidate"]).parts["analysis"]
             same_lang = {r["meta"]["problem_type"] for r in rounds if r["lang"] == it["lang"]}
             assert any(p in analysis for p in same_lang)

@@ -1,0 +1,114 @@
+"""Stage ``contrast``: groups that measure whether a judge's *reward* tells a real supporter turn from a worse one.
+
+For each round (stage 3 output, usually of held-out dialogues) one group: the real supporter turn with correct
+reasoning (``positive``) and one candidate per kind of negative, each differing from the positive in one part only
+(same phrasings):
+
+- ``similar_problem``: step 1 states the situation of another dialogue with the same problem type;
+- ``wrong_emotion``: step 2 names an emotion of another family, or a positive one;
+- ``unused_strategy``: step 3 names a strategy the annotators did not use at this turn;
+- ``other_round``: the reply of another round of the same dialogue (at least ``min_round_distance`` away);
+- ``other_dialogue``: a reply from another dialogue with the same problem type.
+
+Each group carries two references: ``gold`` (the real supporter turn, as GRPO sends it: the positive's reply is then
+identical to the reference) and ``other_round`` (the reply of yet another round, so no candidate repeats the
+reference). ``reward_trainer``'s ``judge-contrast`` scores every group through the service core and reports the AUC
+of the total reward, positive vs each kind, under both references. A kind that cannot be built for a round (no
+similar dialogue, too few rounds) is left out of that group and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from cer.reasoning import render
+from cer.taxonomy import Taxonomy, load_taxonomy
+from data_builder.records import DIALOGUE, ROUND, Record, read_records, write_jsonl
+from data_builder.silver import gold_rounds
+from data_builder.silver_text import Facts, SilverConfig, load_config, render_steps
+from data_builder.stage import StageRun, add_common, limited, stable_seed
+
+CONTRAST_GROUP = "contrast_group"
+NEGATIVE_KINDS: tuple[str, ...] = ("similar_problem", "wrong_emotion", "unused_strategy", "other_round",
+                                   "other_dialogue")
+
+
+def _steps(facts: Facts, lang: str, taxonomy: Taxonomy, cfg: SilverConfig, seed: int) -> dict[str, str]:
+    # one phrasing per group: every candidate of the group is rendered from the same generator state
+    return render_steps(facts, lang, taxonomy, cfg, random.Random(seed))
+
+
+def build_contrast(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, seed: int = 0,
+                   dialogues: list[Record] | None = None) -> tuple[list[Record], Counter[str]]:
+    """Contrast groups from round records (see the module docstring); returns groups and counts."""
+    counts: Counter[str] = Counter()
+    usable, pools = gold_rounds(rounds, taxonomy, cfg, dialogues, counts)
+    groups: list[Record] = []
+    for r, facts, fam in usable:
+        rng = random.Random(stable_seed("contrast", seed, r["dialogue_id"], r["round_index"]))
+        lang, phr = r.get("lang", "en"), rng.randrange(2**31)
+        gold = r["reference"]
+        steps = _steps(facts, lang, taxonomy, cfg, phr)
+        cands: dict[str, str] = {"positive": render({**steps, "response": gold})}
+        similar = pools.similar_situations(r["dialogue_id"], lang, facts.problem, facts.situation)
+        if similar:
+            f = Facts(**{**facts.__dict__, "situation": rng.choice(similar)})
+            cands["similar_problem"] = render({**_steps(f, lang, taxonomy, cfg, phr), "response": gold})
+        if fam is None:  # an emotion the tables do not know: only a positive one is surely wrong
+            wrong = list(cfg.positive)
+        elif fam == "positive":
+            wrong = [e for es in cfg.families.values() for e in es]
+        else:
+            wrong = [e for f2, es in cfg.families.items() if f2 != fam for e in es] + list(cfg.positive)
+        en, zh = rng.choice(wrong)
+        sentiment = "positive" if (en, zh) in cfg.positive else "negative"
+        f = Facts(**{**facts.__dict__, "emotion": zh if lang == "zh" else en, "sentiment": sentiment})
+        cands["wrong_emotion"] = render({**_steps(f, lang, taxonomy, cfg, phr), "response": gold})
+        f = Facts(**{**facts.__dict__, "strategy": rng.choice([n for n in taxonomy.names if n != facts.strategy])})
+        cands["unused_strategy"] = render({**_steps(f, lang, taxonomy, cfg, phr), "response": gold})
+        others = pools.other_rounds(r["dialogue_id"], r["round_index"], gold, cfg.min_round_distance)
+        picked = rng.sample(others, min(2, len(others)))
+        if picked:
+            cands["other_round"] = render({**steps, "response": picked[0].text})
+        dialogues_pool = pools.other_dialogue_replies(r["dialogue_id"], lang, r.get("meta", {}).get("problem_type"))
+        if dialogues_pool:
+            cands["other_dialogue"] = render({**steps, "response": rng.choice(dialogues_pool).text})
+        for kind in NEGATIVE_KINDS:
+            counts[f"built_{kind}" if kind in cands else f"missing_{kind}"] += 1
+        groups.append({"record": CONTRAST_GROUP, "dialogue_id": r["dialogue_id"], "round_index": r["round_index"],
+                       "lang": lang, "history": r["history"], "strategy": facts.strategy,
+                       "references": {"gold": gold, "other_round": picked[1].text if len(picked) > 1 else None},
+                       "candidates": cands})
+    counts["groups"] = len(groups)
+    counts["groups_with_other_round_reference"] = sum(1 for g in groups if g["references"]["other_round"])
+    return groups, counts
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``compeer-data contrast``."""
+    p = sub.add_parser("contrast", help="reward-AUC groups: a real turn vs one candidate per kind of negative",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p)
+    p.add_argument("--dialogues", action="append", default=[],
+                   help="dialogue records (ingest output) whose rounds supply the reply pools (repeatable)")
+    p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
+    p.add_argument("--config", default=None, help="silver construction YAML (default: packaged silver.yaml)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> int:
+    """Execute the contrast stage."""
+    st = StageRun("contrast", args.out, argv, list(args.inputs) + list(args.dialogues),
+                  params={"seed": args.seed, "limit": args.limit})
+    rounds = limited(read_records([Path(p) for p in args.inputs], (ROUND,)), args.limit)
+    dialogues = read_records([Path(p) for p in args.dialogues], (DIALOGUE,)) if args.dialogues else None
+    groups, counts = build_contrast(rounds, load_taxonomy(args.taxonomy), load_config(args.config), args.seed,
+                                    dialogues)
+    write_jsonl(st.path("groups.jsonl"), groups)
+    st.counts = {k: counts[k] for k in sorted(counts)}
+    st.finish(quiet=args.quiet)
+    return 0

@@ -1,0 +1,100 @@
+"""The ESConv judge's data and measures: mode-reply rows, contrast groups, the reward AUC, model identity by weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cer.reasoning import parse
+from cer.taxonomy import load_taxonomy
+from data_builder.cli import main
+from data_builder.contrast import NEGATIVE_KINDS, build_contrast
+from data_builder.emit import build_judge_sft
+from data_builder.records import read_jsonl
+from data_builder.silver import build_silver
+from data_builder.silver_text import load_config
+from reward_trainer.contrast import auc, summarise
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> tuple[list[dict], list[dict]]:
+    assert main(["ingest", "--quiet", "--format", "esconv", "--out", str(tmp_path / "i"), str(FIX / "esconv.json")]) == 0
+    dialogues = str(tmp_path / "i" / "dialogues.jsonl")
+    assert main(["sample", "--quiet", "--rounds", "5", "--out", str(tmp_path / "s"), dialogues]) == 0
+    return list(read_jsonl(tmp_path / "s" / "rounds.jsonl")), list(read_jsonl(dialogues))
+
+
+def test_reply_rows_render_only_in_reply_mode(corpus: tuple[list[dict], list[dict]]) -> None:
+    rounds, dialogues = corpus
+    items, _ = build_silver(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
+    sets = build_judge_sft(items, modes=["unified", "reply"], heldout_fraction=0.0)
+    reply, unified = sets["reply"]["train"], sets["unified"]["train"]
+    assert len(reply) == sum("reply" in it["labels"] for it in items) and len(unified) == len(rounds)
+    row = reply[0]
+    assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant"]
+    assert row["labels"]["reply"] in (True, False) and row["labels"]["step1"] is None
+    assert row["messages"][-1]["content"].endswith(f"Verdict: {row['labels']['reply']}")
+    assert "Is this a good next supporter turn" in row["messages"][1]["content"]
+
+
+def test_contrast_negatives_differ_from_the_positive_in_one_part(corpus: tuple[list[dict], list[dict]]) -> None:
+    rounds, dialogues = corpus
+    groups, counts = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
+    assert counts["groups"] == len(groups) > 0
+    part_of = {"similar_problem": "analysis", "wrong_emotion": "emotion", "unused_strategy": "strategy",
+               "other_round": "response", "other_dialogue": "response"}
+    for g in groups:
+        pos = parse(g["candidates"]["positive"])
+        assert pos.ok and pos.response == g["references"]["gold"] and g["strategy"] in pos.parts["strategy"]
+        assert g["references"]["other_round"] != g["references"]["gold"]
+        for kind in NEGATIVE_KINDS:
+            if kind not in g["candidates"]:
+                continue
+            neg = parse(g["candidates"][kind])
+            differ = {p for p in ("analysis", "emotion", "strategy", "response") if neg.parts[p] != pos.parts[p]}
+            assert differ == {part_of[kind]}, (kind, differ)
+        if "other_round" in g["candidates"]:  # two different replies of other rounds of the same dialogue
+            assert parse(g["candidates"]["other_round"]).response != g["references"]["other_round"]
+    assert build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)[0] == groups
+
+
+def test_auc_and_within_group_shares_by_hand() -> None:
+    assert auc([1.0, 3.0], [1.0, 0.0]) == pytest.approx((0.5 + 1 + 1 + 1) / 4)
+    assert auc([], [1.0]) is None
+    totals = [{"positive": 5.0, "other_round": 3.0, "wrong_emotion": 5.0},
+              {"positive": 1.0, "other_round": None, "wrong_emotion": 3.0},
+              {"positive": None, "other_round": 1.0}]
+    s = summarise(totals)
+    assert s["positive_unscored"] == 1 and s["positive_mean_total"] == 3.0
+    assert s["other_round"]["negative_unscored"] == 1 and s["other_round"]["auc"] == pytest.approx((1 + 1 + 0 + 0.5) / 4)
+    assert s["other_round"]["within_group"] == {"n": 1, "win": 1.0, "tie": 0.0, "loss": 0.0}
+    assert s["wrong_emotion"]["within_group"] == {"n": 2, "win": 0.0, "tie": 0.5, "loss": 0.5}
+    assert s["similar_problem"]["auc"] is None and s["similar_problem"]["within_group"]["n"] == 0
+
+
+def test_local_folders_are_identified_by_their_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two fine-tunes saved under the same folder name never share a revision (and so never share cache keys)."""
+    from reward_server.cache import KeyContext, cache_key
+    from reward_server.model_store import resolve_model
+
+    monkeypatch.setenv("COMPEER_CACHE", str(tmp_path / "cache"))
+
+    def folder(root: str, weights: bytes) -> Path:
+        d = tmp_path / root / "judge"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        (d / "model.safetensors").write_bytes(weights)
+        return d
+
+    a, b, c = folder("a", b"\x00" * 64), folder("b", b"\x00" * 63 + b"\x01"), folder("c", b"\x00" * 64)
+    ra, rb, rc = (resolve_model(str(x)) for x in (a, b, c))
+    assert ra.model_id == rb.model_id == "judge" and ra.revision != rb.revision and ra.revision == rc.revision
+    keys = {cache_key(KeyContext(r.model_id, r.revision, None, "v", {}), "unified", [], "ref", "cand") for r in (ra, rb)}
+    assert len(keys) == 2
+    # the digest is remembered per file version: rewriting the weights changes the revision
+    (a / "model.safetensors").write_bytes(b"\x02" * 64)
+    assert resolve_model(str(a)).revision not in (ra.revision, rb.revision)

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The ESConv judge on a lent GPU machine (issue 11): build the data from the real ESConv splits, train the unified
+# judge (+ the reply mode) and the PRM-only and ORM-only variants with the same rows and steps, and measure them on
+# the valid split (Table 1 columns, then the reward AUC on contrast groups). No registry, no hub there; 64 MiB per
+# call. Staging, here, after `make install`:
+#   bash policy_trainer/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (other GGUF parts), c3
+#   bash tools/gpu/judge_esconv.sh pack     # .gpu-judge/esconv.tar.xz: the ESConv train and valid splits
+# Then consecutive `run` calls (each within the warm window of the previous one; docs/reward_trainer.md has them):
+#   install  carry .gpu-policy/c1                    wheels into /tmp/site, GGUF part 00
+#   stage    carry .gpu-policy/c2 and .gpu-judge     the other GGUF parts, the ESConv splits
+#   start    carry .gpu-policy/c3 (MiniLM, for GRPO)  converts the base model, builds the data, starts the
+#                                                    pipeline in the background (setsid) and waits like `wait`
+#   wait     (no carry)                              waits up to CALL_BUDGET_S (default 560) for the pipeline;
+#                                                    copies what is finished to $OUT
+# The pipeline (background, log in /tmp/judge-run/pipeline.log): train unified -> evaluate it (unified, reply;
+# base and majority rows) -> contrast (trained on every group) and PHASES (default "base prm-orm grpo"): contrast
+# of the base judge on the first 150 groups; train prm, orm and evaluate them; GRPO evidence with the trained judge
+# (policy_trainer/gpu/device_evidence.sh run, GRPO_BUDGET_S) -> DONE. Steps: STEPS (default: the profile's).
+set -uo pipefail
+S=/tmp/cp-stage R=/tmp/judge-run
+mkdir -p "$S" "$R"
+export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf TQDM_DISABLE=1
+W=$R/data
+EVAL=(--device cuda --max-batch 128 --concurrency 128 --no-audit)
+
+pipeline() {
+  local D=$W/emit/judge_sft STEPS_ARG=()
+  [ -n "${STEPS:-}" ] && STEPS_ARG=(--max-steps "$STEPS")
+  python3 -m reward_trainer.cli judge --config gpu-esconv --variant unified --data "$D" --out $R/unified \
+    "${STEPS_ARG[@]}" > $R/train-unified.log 2>&1 || return 1
+  python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
+    --adapter reply=$R/unified "${EVAL[@]}" > $R/eval-unified.log 2>&1 || return 1
+  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-trained \
+    --adapter trained=$R/unified --no-base "${EVAL[@]}" > $R/contrast-trained.log 2>&1 || return 1
+  case " ${PHASES:-base prm-orm grpo} " in *" base "*)
+    python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-base \
+      --max-items 150 "${EVAL[@]}" > $R/contrast-base.log 2>&1 || return 1 ;; esac
+  case " ${PHASES:-base prm-orm grpo} " in *" prm-orm "*)
+    for v in prm orm; do
+      python3 -m reward_trainer.cli judge --config gpu-esconv --variant $v --data "$D" --out $R/$v \
+        "${STEPS_ARG[@]}" > $R/train-$v.log 2>&1 || return 1
+    done
+    python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
+      "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 || return 1 ;; esac
+  case " ${PHASES:-base prm-orm grpo} " in *" grpo "*)
+    # GRPO evidence with this judge: policy_trainer/gpu/device_evidence.sh run, the judge = base + this adapter
+    mkdir -p $R/grpo && OUT=$R/grpo JUDGE_ADAPTER=$R/unified CALL_BUDGET_S=${GRPO_BUDGET_S:-600} \
+      bash policy_trainer/gpu/device_evidence.sh run > $R/grpo.log 2>&1 || return 1 ;; esac
+}
+
+build_data() {
+  local E=$S/esconv C="python3 -m data_builder.cli"
+  mkdir -p "$E" && tar -xJf $S/esconv.tar.xz -C "$E" || return 1
+  $C ingest --quiet --format esconv --out $W/ingest-train $E/train.json &&
+  $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json &&
+  $C sample --quiet --rounds 8 --out $W/sample-train $W/ingest-train/dialogues.jsonl &&
+  $C sample --quiet --rounds 3 --out $W/sample-valid $W/ingest-valid/dialogues.jsonl &&
+  $C silver --quiet --out $W/silver-train --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl &&
+  $C silver --quiet --out $W/silver-valid --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
+  $C contrast --quiet --out $W/contrast --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
+  $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
+    $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl || return 1
+  sha256sum $W/silver-train/items.jsonl $W/silver-valid/items.jsonl $W/contrast/groups.jsonl
+}
+
+collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each)
+  cp $R/pipeline.log "$OUT"/ 2>/dev/null
+  grep -hE "'loss'|train_runtime|\"adapter\"|summary|auc" $R/*.log > "$OUT"/results.txt 2>/dev/null
+  # the LoRA weights are trained in float32; the shipped copy is bfloat16 (half the size)
+  [ -f $R/unified/adapter_model.safetensors ] && [ ! -d $R/unified-bf16 ] && python3 - <<'PY'
+import shutil, torch
+from safetensors.torch import load_file, save_file
+src, dst = "/tmp/judge-run/unified", "/tmp/judge-run/unified-bf16"
+shutil.copytree(src, dst + ".tmp")
+w = load_file(src + "/adapter_model.safetensors")
+save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, dst + ".tmp/adapter_model.safetensors",
+          metadata={"format": "pt"})
+shutil.move(dst + ".tmp", dst)
+PY
+  [ -d $R/unified-bf16 ] && tar -cf "$OUT"/unified-adapter.tar -C $R unified-bf16
+  [ -f $R/grpo/summary.json ] && tar -cf "$OUT"/grpo.tar -C $R grpo
+  local d=(); for x in eval-unified contrast-trained contrast-base eval-prm-orm prm/compeer_judge.json orm/compeer_judge.json; do
+    [ -e $R/$x ] && d+=("$x"); done
+  [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
+  tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
+}
+
+wait_pipeline() {
+  local T0=$(date +%s) budget=${CALL_BUDGET_S:-560}
+  while [ ! -f $R/DONE ] && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 10; done
+  collect
+  if [ -f $R/DONE ]; then echo "pipeline finished: $(cat $R/DONE)"; else echo "pipeline still running"; fi
+  tail -n 3 $R/pipeline.log
+}
+
+case "${1:?pack|install|stage|start|wait|pipeline}" in
+pack)  # here, not on the device
+  mkdir -p .gpu-judge && grep -qx '/.gpu-judge/' .git/info/exclude 2>/dev/null || echo '/.gpu-judge/' >> .git/info/exclude
+  tar -cJf .gpu-judge/esconv.tar.xz -C "${ESCONV_DIR:-../shared/data/esconv}" train.json valid.json
+  ls -l .gpu-judge
+  ;;
+install)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .gpu-policy/c1/whl/*.whl || exit 1
+  cp .gpu-policy/c1/gguf.part-* "$S"/ && nvidia-smi -L
+  ;;
+stage)
+  cp .gpu-policy/c2/gguf.part-* .gpu-judge/esconv.tar.xz "$S"/ && ls -l "$S"
+  ;;
+start)
+  cp .gpu-policy/c3/minilm-q8.tar.xz "$S"/ 2>/dev/null  # for the GRPO phase (device_evidence.sh prepare)
+  cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
+  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
+    | sha256sum -c - || exit 1
+  python3 -m reward_server.model_store bfloat16 --adapter none || exit 1
+  build_data || exit 1
+  setsid nohup bash tools/gpu/judge_esconv.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
+  sleep 5
+  wait_pipeline
+  ;;
+pipeline)
+  T0=$(date +%s)
+  if pipeline; then echo "ok after $(( $(date +%s) - T0 )) s" > $R/DONE; else echo "FAILED after $(( $(date +%s) - T0 )) s" > $R/DONE; fi
+  ;;
+wait)
+  wait_pipeline
+  ;;
+esac
