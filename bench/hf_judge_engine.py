@@ -24,13 +24,13 @@ from typing import Any
 
 from bench.common import print_table, write_result
 from bench.judge_throughput import RecordingEngine, make_groups
+from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
-from reward_server.engines.base import EngineConfig, Message
-from reward_server.engines.hf_engine import TransformersEngine
-from reward_server.judge import Judge, JudgeSettings, load_template
-from reward_server.model_store import resolve_model
-from reward_server.types import JudgeMode
+from judge.engines.base import EngineConfig, Message
+from judge.engines.hf.engine import TransformersEngine
+from judge.model_store import resolve_model
+from judge.protocol import Judge, JudgeSettings, load_template
 
 # configuration name -> EngineConfig.extra
 CONFIGS: dict[str, dict[str, str]] = {
@@ -121,7 +121,7 @@ def plain_generate_phase(model_path: str, device: str, rounds: list[list[Message
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from reward_server.engines.hf_engine import resolve_device_dtype
+    from judge.engines.hf.engine import resolve_device_dtype
 
     dev, dtype = resolve_device_dtype(device, "auto")
     tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)

@@ -29,11 +29,11 @@ import httpx
 from bench.common import free_port, percentile, print_table, write_result
 from bench.judge_throughput import make_groups
 from cer.redundancy import reweight
+from judge.model_store import resolve_model
 from policy_trainer.config import LengthUnit
 from policy_trainer.rewards import BatchStats, CompeerReward, RewardSettings
 from reward_server.client import RewardClient
 from reward_server.grpc import convert
-from reward_server.model_store import resolve_model
 from reward_server.proto import pb
 from reward_server.types import GroupRequest
 

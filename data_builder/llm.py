@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from data_builder.stage import progress
-from reward_server.engines import BACKENDS, create_engine
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, Message
+from judge.engines import BACKENDS, create_engine
+from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, Message
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,7 +31,7 @@ R = TypeVar("R")
 
 def default_cache_dir() -> Path:
     """``$COMPEER_CACHE/data_builder/llm`` (``~/.cache/compeer/data_builder/llm`` by default)."""
-    from reward_server.model_store import cache_dir
+    from judge.model_store import cache_dir
 
     return cache_dir() / "data_builder" / "llm"
 
@@ -82,7 +82,7 @@ class CallStats:
 
 
 class LLM:
-    """A cached, validating front for a reward-service engine (``reward_server.engines.create_engine``).
+    """A cached, validating front for a reward-service engine (``judge.engines.create_engine``).
 
     Pass ``engine`` to use an already-built engine (tests use a fake engine this way); otherwise the engine
     is built from ``settings`` on the first cache miss and stopped by :meth:`close`.
@@ -106,7 +106,7 @@ class LLM:
             if self.settings.model == "default":
                 raise ValueError("--backend openai needs --model <the served model name> (and --base-url)")
             return (self.settings.model, f"openai:{self.settings.base_url or ''}")
-        from reward_server.model_store import resolve_model
+        from judge.model_store import resolve_model
 
         ref = resolve_model(self.settings.model)
         self._model_path = ref.path

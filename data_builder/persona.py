@@ -36,8 +36,8 @@ import numpy as np
 from data_builder.llm import LLM, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import DIALOGUE, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageError, StageRun, add_common, limited, stable_seed
-from reward_server.engines.base import GenParams, Message
-from reward_server.judge import render_history
+from judge.engines.base import GenParams, Message
+from judge.protocol import render_history
 
 DISC_TRAITS = ("Dominance", "Influence", "Steadiness", "Compliance")
 _LEVELS = {"low": "low", "medium": "medium", "moderate": "medium", "mid": "medium", "high": "high",
@@ -168,7 +168,7 @@ class Embedder:
     def __init__(self, path: str | None) -> None:
         from sentence_transformers import SentenceTransformer
 
-        from reward_server.model_store import default_embedding_path
+        from judge.model_store import default_embedding_path
 
         self.model = SentenceTransformer(path or default_embedding_path(), device="cpu")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.redundancy import RedundancyMode, reweight
 from policy_trainer.config import CompeerGRPOConfig, LengthUnit, RewardJudgeMode
 from reward_server.client import RewardCallError
@@ -29,7 +30,6 @@ from reward_server.types import (
     ErrorInfo,
     GroupRequest,
     GroupResponse,
-    JudgeMode,
     ScoreOptions,
     Status,
 )

@@ -10,12 +10,13 @@ import os
 import sys
 from typing import Any
 
+from cer.modes import JudgeMode
+from judge.engines import BACKENDS
+from judge.engines.base import EngineConfig
+from judge.engines.hf.engine import GRAMMAR_BACKENDS, GRAMMAR_KERNELS
+from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from reward_server.config import CACHE_KINDS, ServerConfig
-from reward_server.engines import BACKENDS
-from reward_server.engines.base import EngineConfig
-from reward_server.engines.hf_engine import GRAMMAR_BACKENDS, GRAMMAR_KERNELS
-from reward_server.judge import DEFAULT_TEMPLATE, JudgeSettings
-from reward_server.types import JudgeMode, Limits
+from reward_server.types import Limits
 
 
 def _env(name: str, default: Any) -> Any:

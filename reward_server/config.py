@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reward_server.engines import BACKENDS
-from reward_server.engines.base import EngineConfig
-from reward_server.judge import DEFAULT_TEMPLATE, JudgeSettings
-from reward_server.types import JudgeMode, Limits
+from cer.modes import JudgeMode
+from judge.engines import BACKENDS
+from judge.engines.base import EngineConfig
+from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
+from reward_server.types import Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
 

@@ -16,17 +16,18 @@ import numpy as np
 
 from cer import rewards
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.reasoning import ParsedOutput, parse
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, Verdict, parse_label
+from judge.engines.base import Engine, EngineError
+from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, CandidateJudgment, Judge, load_template
 from reward_server import __version__
 from reward_server.cache import KeyContext, ResultCache, cache_key
 from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
-from reward_server.engines.base import Engine, EngineError
 from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, ServiceError
-from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, CandidateJudgment, Judge, load_template
 from reward_server.metrics import Metrics
 from reward_server.types import (
     CandidateResult,
@@ -36,7 +37,6 @@ from reward_server.types import (
     GroupRequest,
     GroupResponse,
     InfoResponse,
-    JudgeMode,
     PreferenceResult,
     Rewards,
     SamplingInfo,

@@ -19,15 +19,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from judge.engines import create_engine
+from judge.model_store import adapter_id, default_embedding_path, resolve_model
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.embeddings import Embedder, SentenceEmbedder
-from reward_server.engines import create_engine
 from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
 from reward_server.http.app import create_app
 from reward_server.metrics import Metrics
-from reward_server.model_store import adapter_id, default_embedding_path, resolve_model
 
 log = logging.getLogger(__name__)
 DEFAULT_EMBEDDING_ID = "sentence-transformers/all-MiniLM-L6-v2"

@@ -11,24 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.verdicts import Preference
-
-
-class JudgeMode(str, enum.Enum):
-    """How a candidate is judged (see DESIGN.md, UnifiReward)."""
-
-    UNIFIED = "unified"  # 4 rounds: steps 1-3, then reference vs candidate reply
-    SINGLE_PASS = "single_pass"  # one generation judges every component
-    PRM = "prm"  # steps only
-    ORM = "orm"  # reply preference only
-
-    @property
-    def judges_steps(self) -> bool:
-        return self is not JudgeMode.ORM
-
-    @property
-    def judges_preference(self) -> bool:
-        return self is not JudgeMode.PRM
 
 
 class Status(str, enum.Enum):

@@ -95,7 +95,7 @@ def parse_adapters(values: list[str]) -> dict[str, str]:
 
 def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
     """EvalOptions from the shared judging flags."""
-    from reward_server.judge import JudgeSettings
+    from judge.protocol import JudgeSettings
     from reward_trainer.evaluate import EvalOptions
     from reward_trainer.predict import JudgeRuntime
 

@@ -53,7 +53,7 @@ class JudgeSFTConfig(SFTConfig):
     )
     template: str = field(
         default="unifireward-v1",
-        metadata={"help": "Judge template version (reward_server/templates) the SFT set must have been rendered "
+        metadata={"help": "Judge template version (judge/templates) the SFT set must have been rendered "
                           "with; the serving judge uses the same one."},
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})

@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass
 
 from cer.verdicts import Kind, Preference, Verdict, parse_verdicts
-from reward_server.engines.base import Engine, EngineError, GenParams, Message
-from reward_server.judge import PREFERENCE, STEP_COMPONENTS, JudgeSettings, round_constraint
+from judge.engines.base import Engine, EngineError, GenParams, Message
+from judge.protocol import PREFERENCE, STEP_COMPONENTS, JudgeSettings, round_constraint
 from reward_trainer.predict import Prediction
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
-"""Run held-out judge items through the serving judge: :class:`reward_server.judge.Judge` on an engine made by
-:func:`reward_server.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
+"""Run held-out judge items through the serving judge: :class:`judge.protocol.Judge` on an engine made by
+:func:`judge.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
 parses a verdict: the Judge does both, exactly as the reward service does.
 """
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference, Verdict
-from reward_server.engines.base import Engine, EngineConfig, EngineError
-from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, Judge, JudgeSettings, load_template
-from reward_server.types import JudgeMode
+from judge.engines.base import Engine, EngineConfig, EngineError
+from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, Judge, JudgeSettings, load_template
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def _model_dtype(device: str) -> str:
 
 
 def model_ref(runtime: JudgeRuntime, model: str | None = None) -> Any:
-    """The resolved base model (:class:`reward_server.model_store.ModelRef`) in the device's dtype."""
-    from reward_server.model_store import resolve_model
+    """The resolved base model (:class:`judge.model_store.ModelRef`) in the device's dtype."""
+    from judge.model_store import resolve_model
 
     return resolve_model(model or runtime.model, _model_dtype(runtime.device))
 
@@ -113,7 +113,7 @@ def model_ref(runtime: JudgeRuntime, model: str | None = None) -> Any:
 async def open_engine(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
                       backend: str | None = None) -> AsyncIterator[Engine]:
     """A started engine on the base model (+ ``adapter``), stopped on exit."""
-    from reward_server.engines import create_engine
+    from judge.engines import create_engine
 
     ref = model_ref(runtime, model)
     engine = create_engine(EngineConfig(backend=backend or runtime.backend, model_path=ref.path,

@@ -64,8 +64,8 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from reward_server.judge import load_template
-    from reward_server.model_store import resolve_model
+    from judge.model_store import resolve_model
+    from judge.protocol import load_template
     from reward_trainer.data import TRAIN_SPLIT, build_train_dataset, check_template, load_judge_set
 
     started = time.monotonic()

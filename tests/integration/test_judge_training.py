@@ -38,7 +38,7 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     from datasets import load_from_disk
     from safetensors.torch import load_file
 
-    from reward_server.judge import JudgeSettings
+    from judge.protocol import JudgeSettings
     from reward_trainer.cli import main
     from reward_trainer.metrics import METRIC_KEYS
     from reward_trainer.predict import JudgeRuntime, items_from_rows, make_judge, open_engine, predict
@@ -64,7 +64,7 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     assert stamp["variant"] == "unified" and stamp["steps"] == 2 and stamp["template_version"] == "unifireward-v1"
 
     # 2. the adapter lowers the loss of the judge's turns (computed on a training conversation)
-    from reward_server.model_store import resolve_model
+    from judge.model_store import resolve_model
 
     base_path = resolve_model("default").path
     train_msgs = load_from_disk(str(data / "unified"))["train"][0]["messages"]

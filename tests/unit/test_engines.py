@@ -1,7 +1,7 @@
 """Engine backends: the real TransformersEngine on the default model folder (tiny generations), the OpenAIEngine
 against an in-process fake OpenAI-compatible HTTP server, and the FakeEngine test double itself.
 
-Needs the default model folder (``python -m reward_server.model_store``); the transformers tests are skipped
+Needs the default model folder (``python -m judge.model_store``); the transformers tests are skipped
 without it. The whole file runs in well under a minute on one CPU thread.
 """
 
@@ -20,11 +20,11 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from reward_server.engines import create_engine
-from reward_server.engines.base import EngineConfig, EngineError, GenParams, GenResult
-from reward_server.engines.fake import FakeEngine
-from reward_server.engines.hf_engine import BatchStats, TransformersEngine, resolve_device_dtype, sampling_key
-from reward_server.engines.openai_engine import OpenAIEngine
+from judge.engines import create_engine
+from judge.engines.base import EngineConfig, EngineError, GenParams, GenResult
+from judge.engines.hf.engine import BatchStats, TransformersEngine, resolve_device_dtype, sampling_key
+from judge.engines.openai_engine import OpenAIEngine
+from tests.fake_engine import FakeEngine
 
 SECRET = "my-secret-dialogue-text"
 
@@ -33,14 +33,14 @@ SECRET = "my-secret-dialogue-text"
 
 
 def _default_model_path() -> Path | None:
-    from reward_server.model_store import cache_dir
+    from judge.model_store import cache_dir
 
     path = cache_dir() / "models" / "smollm2-135m-instruct-float32"
     return path if (path / "config.json").exists() else None
 
 
 MODEL_PATH = _default_model_path()
-needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m reward_server.model_store` first")
+needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m judge.model_store` first")
 
 
 def _hf_config(**kw: Any) -> EngineConfig:
@@ -111,7 +111,7 @@ async def test_concurrent_requests_share_one_batch(hf_engine: TransformersEngine
 async def test_regex_constrains_each_row_of_a_mixed_batch(hf_engine: TransformersEngine) -> None:
     import re
 
-    from reward_server.judge import round_regex
+    from judge.protocol import round_regex
 
     assert hf_engine.supports_regex  # xgrammar is in the CPU lock
     step, pref = round_regex(("step1",), 60), round_regex(("preference",), 60)
@@ -219,7 +219,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
     text), so greedy outputs may differ; both must match."""
     import re
 
-    from reward_server.judge import round_regex
+    from judge.protocol import round_regex
 
     other = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
     await other.start()
@@ -241,7 +241,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
 async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """A vocabulary whose bytes llguidance reads wrongly (spaces as byte-level markers, as seen on a GPU machine)
     must stop the engine at start, not silently leave every constrained row unconstrained."""
-    from reward_server.engines import hf_engine as module
+    from judge.engines.hf import engine as module
 
     class MisreadVocabulary(module._GuidanceVocabulary):
         def __init__(self, *args: Any) -> None:
@@ -277,7 +277,7 @@ async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: Tran
     regex row and a free row; every bounded answer is one the counted repetition accepts, and the bound binds."""
     import re
 
-    from reward_server.judge import round_constraint, round_regex
+    from judge.protocol import round_constraint, round_regex
 
     assert hf_engine.supports_line_bound
     components = [("step1",), ("preference",), ("step1",)]
@@ -316,7 +316,7 @@ def test_line_table_counts_bytes_per_line_and_masks_what_would_overflow() -> Non
     import torch
     import xgrammar as xgr
 
-    from reward_server.engines.hf_engine import LineTable
+    from judge.engines.hf.engine import LineTable
 
     vocab = [b"ab", b"\n", b"abc\nd", b"xyz\n", b"<eos>", "\u00e9".encode(), b"abcd"] + [b"q"] * 30
     table = LineTable(vocab, len(vocab), special={4})
@@ -338,7 +338,7 @@ def test_left_pad_matches_the_tokenizers_left_padding() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from reward_server.engines.hf_engine import left_pad
+    from judge.engines.hf.engine import left_pad
 
     tok = AutoTokenizer.from_pretrained(str(MODEL_PATH), local_files_only=True)
     tok.padding_side = "left"

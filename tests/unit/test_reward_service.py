@@ -14,20 +14,20 @@ import grpc
 import httpx
 import pytest
 
+from judge.engines.base import EngineConfig
+from judge.protocol import JudgeSettings
 from reward_server.cache import MemoryCache, RedisCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
-from reward_server.engines.base import EngineConfig
-from reward_server.engines.fake import FakeEngine
 from reward_server.errors import ERROR_TABLE, ErrorCode
 from reward_server.grpc import convert
 from reward_server.grpc.servicer import RewardServicer
 from reward_server.http.app import create_app
 from reward_server.http.convert import group_from_json
-from reward_server.judge import JudgeSettings
 from reward_server.metrics import Metrics
 from reward_server.proto import pb, pb_grpc
 from tests.conftest import free_port
+from tests.fake_engine import FakeEngine
 from tests.unit.fakes import FakeHashEmbedder, scripted_judge
 
 GOOD = ("<analysis>She failed her test again; exploration.</analysis><emotion>negative; shame; 4</emotion>"

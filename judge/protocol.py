@@ -18,11 +18,11 @@ from pathlib import Path
 import yaml
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.reasoning import STEP_PARTS, ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels, parse_verdicts
-from reward_server.engines.base import Engine, GenParams, Message
-from reward_server.types import JudgeMode
+from judge.engines.base import Engine, GenParams, Message
 
 #: Component names, in judging order.
 STEP_COMPONENTS: tuple[str, ...] = ("step1", "step2", "step3")
@@ -37,7 +37,7 @@ def component_kind(component: str) -> Kind:
 
 @dataclass(frozen=True)
 class Template:
-    """A versioned set of judge prompts (package data ``reward_server/templates/<version>.yaml``)."""
+    """A versioned set of judge prompts (package data ``judge/templates/<version>.yaml``)."""
 
     version: str
     system: str
@@ -55,7 +55,7 @@ def load_template(name_or_path: str = DEFAULT_TEMPLATE) -> Template:
     if path.suffix in (".yaml", ".yml") and path.exists():
         text = path.read_text(encoding="utf-8")
     else:
-        res = resources.files("reward_server").joinpath(f"templates/{name_or_path}.yaml")
+        res = resources.files("judge").joinpath(f"templates/{name_or_path}.yaml")
         if not res.is_file():
             raise FileNotFoundError(f"judge template {name_or_path!r}: no such packaged version or YAML file")
         text = res.read_text(encoding="utf-8")

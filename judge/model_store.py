@@ -136,7 +136,7 @@ def default_embedding_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reward_server.model_store [dtype]``: prepare the default model folder and print its path."""
+    """``python -m judge.model_store [dtype]``: prepare the default model folder and print its path."""
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO)
     ref = prepare_default_model(args[0] if args else "float32")

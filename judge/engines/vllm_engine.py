@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 
 log = logging.getLogger(__name__)
 

@@ -67,7 +67,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 
 if TYPE_CHECKING:
     import torch

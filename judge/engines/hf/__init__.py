@@ -1,0 +1,1 @@
+"""The transformers backend (:class:`judge.engines.hf.engine.TransformersEngine`), split by concern."""
