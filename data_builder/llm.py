@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from data_builder.stage import progress
 from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, Message
+from judge.engines.settings import OpenAISettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -117,8 +118,8 @@ class LLM:
         s = self.settings
         if s.backend == "openai":
             return EngineConfig(backend="openai", model_id=s.model, revision=self.revision, seed=s.seed,
-                                base_url=s.base_url, api_key=os.environ.get(s.api_key_env),
-                                openai_model=s.model)
+                                openai=OpenAISettings(base_url=s.base_url, api_key=os.environ.get(s.api_key_env),
+                                                      model=s.model))
         return EngineConfig(backend=s.backend, model_path=self._model_path, model_id=self.model_id,
                             revision=self.revision, seed=s.seed)
 

@@ -23,6 +23,7 @@ from cer.reasoning import STEP_PARTS, ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels, parse_verdicts
 from judge.engines.base import Engine, GenParams, Message
+from judge.settings import setting
 
 #: Component names, in judging order.
 STEP_COMPONENTS: tuple[str, ...] = ("step1", "step2", "step3")
@@ -171,14 +172,16 @@ def round_constraint(components: tuple[str, ...], rationale_max_chars: int,
 class JudgeSettings:
     """Sampling and retry policy of the judge."""
 
-    max_tokens_per_component: int = 96
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    max_retries: int = 2
-    retry_temperature: float = 0.7
-    rationale_max_chars: int = 100
-    constrain: bool = True
+    max_tokens_per_component: int = setting(96, help="judge output budget per judged component (tokens)")
+    temperature: float = setting(0.0, help="judge temperature (0: greedy, cacheable)")
+    top_p: float = setting(1.0, help="judge nucleus sampling (top_p)")
+    seed: int | None = setting(None, flag="--judge-seed",
+                               help="judge sampling seed (none: the engine's; a seed makes sampled judgments cacheable)")
+    max_retries: int = setting(2, help="re-generations of an unparsable round")
+    retry_temperature: float = setting(0.7, help="temperature of a re-generation (at least the judge temperature)")
+    rationale_max_chars: int = setting(100, help="the longest one-line rationale the verdict grammar allows")
+    constrain: bool = setting(True, help="constrain each round to the verdict grammar where the engine can (off: "
+                                         "parse + retry only)")
 
 
 @dataclass

@@ -67,7 +67,7 @@ async def build_core(config: ServerConfig) -> RewardCore:
         ref = await asyncio.to_thread(resolve_model, config.model, dtype)
         config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision)
     else:
-        name = config.engine.openai_model or config.model
+        name = config.engine.openai.model or config.model
         config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote")
     if config.engine.adapter is not None:
         config.engine = replace(config.engine, adapter_id=adapter_id(config.engine.adapter))

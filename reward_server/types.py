@@ -13,6 +13,7 @@ from typing import Any
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from cer.verdicts import Preference
+from judge.settings import setting
 
 
 class Status(str, enum.Enum):
@@ -187,11 +188,11 @@ class GroupResponse:
 class Limits:
     """Request limits, enforced by the core for both fronts and reported by Info."""
 
-    max_candidates: int = 64
-    max_groups: int = 256
-    max_history_turns: int = 64
-    max_text_chars: int = 8000
-    max_timeout_ms: int = 600_000
+    max_candidates: int = setting(64, help="candidates per group")
+    max_groups: int = setting(256, help="groups per batch request")
+    max_history_turns: int = setting(64, help="history turns per group")
+    max_text_chars: int = setting(8000, help="characters per history turn, reference or candidate")
+    max_timeout_ms: int = setting(600_000, help="the longest options.timeout_ms a request may ask for")
 
     def to_json(self) -> dict[str, int]:
         return {"max_candidates": self.max_candidates, "max_groups": self.max_groups,

@@ -19,6 +19,7 @@ from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference, Verdict
 from judge.engines.base import Engine, EngineConfig, EngineError
+from judge.engines.settings import TransformersSettings
 from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, Judge, JudgeSettings, load_template
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,8 @@ async def open_engine(runtime: JudgeRuntime, adapter: str | None, model: str | N
     ref = model_ref(runtime, model)
     engine = create_engine(EngineConfig(backend=backend or runtime.backend, model_path=ref.path,
                                         model_id=ref.model_id, revision=ref.revision, adapter=adapter,
-                                        device=runtime.device, max_batch=runtime.max_batch))
+                                        device=runtime.device,
+                                        transformers=TransformersSettings(max_batch=runtime.max_batch)))
     await engine.start()
     try:
         yield engine

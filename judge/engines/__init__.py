@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from judge.engines.base import BACKENDS
+
 if TYPE_CHECKING:
     from judge.engines.base import Engine, EngineConfig
 
-BACKENDS = ("vllm", "transformers", "openai")
+__all__ = ["BACKENDS", "create_engine"]
 
 
 def create_engine(config: EngineConfig) -> Engine:

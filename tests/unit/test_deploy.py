@@ -84,11 +84,14 @@ def _serve_defaults(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _env_read_by_compeer() -> set[str]:
-    """Names reward_server and judge read from the environment: ``_env("X", ...)`` (the CLI) and ``os.environ.get("X")``."""
-    names: set[str] = set()
+    """Names the service reads from the environment: those generated from its settings (``compeer-reward serve``)
+    and every ``os.environ`` read in reward_server and judge."""
+    from judge.settings import options
+    from reward_server.config import ServerConfig
+
+    names = {o.env for o in options(ServerConfig)}
     for src in [*(ROOT / "reward_server").rglob("*.py"), *(ROOT / "judge").rglob("*.py")]:
         text = src.read_text()
-        names |= set(re.findall(r'_env\(\s*"([A-Z0-9_]+)"', text))
         names |= set(re.findall(r'environ(?:\.get)?\(\s*"([A-Z0-9_]+)"', text))
         names |= set(re.findall(r'environ\[\s*"([A-Z0-9_]+)"\s*\]', text))
     return names

@@ -24,6 +24,7 @@ from judge.engines import create_engine
 from judge.engines.base import EngineConfig, EngineError, GenParams, GenResult
 from judge.engines.hf.engine import BatchStats, TransformersEngine, resolve_device_dtype, sampling_key
 from judge.engines.openai_engine import OpenAIEngine
+from judge.engines.settings import OpenAISettings, TransformersSettings
 from tests.fake_engine import FakeEngine
 
 SECRET = "my-secret-dialogue-text"
@@ -44,8 +45,10 @@ needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m judg
 
 
 def _hf_config(**kw: Any) -> EngineConfig:
+    """The default model on CPU; ``kw`` are TransformersSettings fields."""
+    settings = TransformersSettings(**{"max_wait_ms": 50.0, "max_batch": 8, **kw})
     return EngineConfig(backend="transformers", model_path=str(MODEL_PATH), model_id="smollm2", device="cpu",
-                        **{"max_wait_ms": 50.0, "max_batch": 8, **kw})
+                        transformers=settings)
 
 
 def _chat(i: int) -> list[dict[str, str]]:
@@ -167,7 +170,7 @@ async def test_cancelling_a_running_request_stops_its_row(hf_engine: Transformer
 @needs_model
 async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngine) -> None:
     # the GPU default (compiled decode needs one batch shape); on CPU it runs eagerly, so this checks the padding
-    static = TransformersEngine(_hf_config(max_batch=4, extra={"static_cache": "true"}))
+    static = TransformersEngine(_hf_config(max_batch=4, static_cache=True))
     await static.start()
     try:
         chats = [_chat(5), [{"role": "user", "content": "Say hello to my friend Ann, please."}]]
@@ -189,15 +192,12 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
     assert [r.output_tokens for r in got] == [r.output_tokens for r in want]
 
 
-@needs_model
 @pytest.mark.parametrize("option,value,expected", [("grammar_kernel", "warp", "expected one of auto, "),
                                                    ("grammar_backend", "outlines", "expected one of guidance, xgrammar"),
-                                                   ("grammar_threads", "0", "expected an integer >= 1")])
-async def test_unknown_grammar_option_fails_the_start_naming_it(option: str, value: str, expected: str) -> None:
-    engine = TransformersEngine(_hf_config(extra={option: value}))
-    with pytest.raises(EngineError, match=f"{option} '{value}': {expected}"):
-        await engine.start()
-    assert not engine.healthy()
+                                                   ("grammar_threads", 0, "expected an integer >= 1")])
+def test_unknown_grammar_option_is_refused_naming_it(option: str, value: Any, expected: str) -> None:
+    with pytest.raises(ValueError, match=f"{option} {value!r}: {expected}"):
+        TransformersSettings(**{option: value})
 
 
 @needs_model
@@ -206,7 +206,7 @@ async def test_guidance_backend_without_llguidance_fails_the_start(monkeypatch: 
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llguidance" else real(name, *a))
-    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    engine = TransformersEngine(_hf_config(grammar_backend="guidance"))
     with pytest.raises(EngineError, match="grammar_backend 'guidance' needs llguidance installed"):
         await engine.start()
     await engine.stop()
@@ -221,7 +221,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
 
     from judge.protocol import round_regex
 
-    other = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    other = TransformersEngine(_hf_config(grammar_backend="guidance"))
     await other.start()
     try:
         assert hf_engine._grammar_backend == "xgrammar" and other.supports_regex
@@ -249,7 +249,7 @@ async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypa
             self.tokens = [t.replace(b" ", "\u0120".encode()) for t in self.tokens]
 
     monkeypatch.setattr(module, "_GuidanceVocabulary", MisreadVocabulary)
-    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    engine = TransformersEngine(_hf_config(grammar_backend="guidance"))
     with pytest.raises(EngineError, match="llguidance reads this tokenizer's tokens differently"):
         await engine.start()
     assert not engine.healthy()
@@ -262,7 +262,7 @@ async def test_regex_the_grammar_library_rejects_fails_its_batch_with_the_reason
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, regex="[a-z]{1,3"), "bad-regex")
     ok = await hf_engine.generate(_chat(1), GenParams(max_tokens=2), "after")  # the engine keeps serving
     assert ok.output_tokens >= 1
-    guidance = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    guidance = TransformersEngine(_hf_config(grammar_backend="guidance"))
     await guidance.start()
     try:
         with pytest.raises(EngineError, match="regex rejected by llguidance: .*unclosed counted repetition"):
@@ -302,7 +302,7 @@ async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: Tran
 async def test_line_bound_is_refused_where_it_cannot_hold(hf_engine: TransformersEngine) -> None:
     with pytest.raises(EngineError, match="max_line_chars must be >= 1 and come with a regex"):
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, max_line_chars=20), "no-regex")
-    off = TransformersEngine(_hf_config(extra={"line_bound": "false"}))
+    off = TransformersEngine(_hf_config(line_bound=False))
     assert off.supports_regex and not off.supports_line_bound
     await off.start()
     try:
@@ -443,13 +443,15 @@ def openai_server() -> Iterator[FakeOpenAIServer]:
     server.close()
 
 
-def _oa_config(base_url: str, **kw: Any) -> EngineConfig:
-    return EngineConfig(backend="openai", base_url=base_url, extra={"max_retries": "0"}, **{"model_id": "judge", **kw})
+def _oa_config(base_url: str, model_id: str = "judge", **kw: Any) -> EngineConfig:
+    """An openai EngineConfig; ``kw`` are OpenAISettings fields."""
+    return EngineConfig(backend="openai", model_id=model_id,
+                        openai=OpenAISettings(base_url=base_url, max_retries=0, **kw))
 
 
 async def test_openai_sends_sampling_and_regex(openai_server: FakeOpenAIServer) -> None:
     openai_server.fail_status = None
-    engine = create_engine(_oa_config(openai_server.base_url, openai_regex=True))
+    engine = create_engine(_oa_config(openai_server.base_url, regex=True))
     assert isinstance(engine, OpenAIEngine) and engine.supports_regex
     await engine.start()
     try:
@@ -469,7 +471,7 @@ async def test_openai_sends_sampling_and_regex(openai_server: FakeOpenAIServer) 
 
 async def test_openai_without_regex_support_sends_no_structured_outputs(openai_server: FakeOpenAIServer) -> None:
     openai_server.fail_status = None
-    engine = OpenAIEngine(_oa_config(openai_server.base_url, openai_model="judge", model_id="other"))
+    engine = OpenAIEngine(_oa_config(openai_server.base_url, model="judge", model_id="other"))
     assert not engine.supports_regex
     await engine.start()
     await engine.generate([{"role": "user", "content": "hi"}], GenParams(regex="x+"), "req-2")
@@ -525,7 +527,7 @@ async def test_openai_start_fails_clearly(openai_server: FakeOpenAIServer) -> No
     assert not down.healthy()
     with pytest.raises(EngineError, match="not running"):
         await down.generate([{"role": "user", "content": "hi"}], GenParams(), "req-5")
-    wrong = OpenAIEngine(_oa_config(openai_server.base_url, openai_model="no-such-model"))
+    wrong = OpenAIEngine(_oa_config(openai_server.base_url, model="no-such-model"))
     with pytest.raises(EngineError, match="not served"):
         await wrong.start()
 

@@ -18,9 +18,9 @@ Batching rules (what a caller can rely on):
   next decoding step (the rest of its batch continues).
 * ``GenParams.regex`` constrains a row's output when the grammar libraries are installed (``supports_regex``);
   rows of one batch may carry different patterns. Without them the pattern is ignored and the judge relies on
-  parse + retry. ``extra["constrain"] = "false"`` turns the constraint off.
+  parse + retry.
 
-Speed on GPU: ``static_cache`` (``EngineConfig.extra`` / ``--static-cache``; off by default because its
+Speed on GPU: ``static_cache`` (``TransformersSettings`` / ``--static-cache``; off by default because its
 compile warm-up takes 75-110 s) makes transformers use a static KV cache (one object every call reuses, see
 ``_static_kv``), which it auto-compiles with ``torch.compile`` (CUDA graphs); every batch is then filled to
 ``max_batch`` rows (filler rows are marked finished from the first step) so the compiled decode graph keeps one
@@ -29,10 +29,10 @@ happen before serving. Every model call runs on one process-wide thread (``_MODE
 thread-local. Judging one GRPO step (8 groups x 4, unified, constrained; ``python -m bench.hf_judge_engine``, H200):
 dynamic cache 5.5 s, static cache 2.3 s, plain batched ``model.generate`` of the same prompts 18.6 s.
 
-Grammar backends (``extra["grammar_backend"]``, vLLM's names): ``xgrammar`` (default) or ``guidance``
+Grammar backends (``grammar_backend``, vLLM's names): ``xgrammar`` (default) or ``guidance``
 (llguidance); xgrammar's kernel applies the mask either way (the masks share one bit layout, as in vLLM).
 
-Line bound (``supports_line_bound``; ``extra["line_bound"] = "false"`` turns it off): ``GenParams.max_line_chars``
+Line bound (``supports_line_bound``; ``line_bound = False`` turns it off): ``GenParams.max_line_chars``
 caps every line of a constrained row, enforced by the mask from a table of each token's byte lengths
 (``LineTable``), so the judge sends its rationale as ``[^\n]+`` plus a line cap instead of the counted repetition
 ``[^\n]{1,100}``. A counted repetition is the costliest thing a grammar library masks (32 rows per position: xgrammar
@@ -42,11 +42,11 @@ static cache): 1.09 s with the line bound, 1.71-2.09 s with the counted repetiti
 
 Constrained steps: each step's tokens are tapped to the host before the next forward pass is queued
 (``_GrammarMask.tap``); on CUDA the host mask is pinned and copied without blocking the host, so the mask's host
-work overlaps the device. Masks are filled on ``extra["grammar_threads"]`` threads (default 1: for the cheap
+work overlaps the device. Masks are filled on ``grammar_threads`` threads (default 1: for the cheap
 patterns above more threads cost more than they save; 8 paid for the counted repetition).
 ``BatchStats`` splits each call's time (prep, prefill, device wait, mask host work, the rest of the loop).
 
-Other options read from ``EngineConfig.extra``: ``merge_adapter`` ("true" by default: LoRA weights are merged into
+Other settings (:class:`judge.engines.settings.TransformersSettings`): ``merge_adapter`` (on by default: LoRA weights are merged into
 the base for speed); ``static_cache_reuse`` ("true" by default; "false" lets transformers build a new static cache
 per call, as ``cache_implementation="static"`` does); ``grammar_backend`` (above); ``grammar_kernel`` (xgrammar's
 mask-apply kernel, default "auto": Triton on CUDA, native on CPU; "torch_native" needs no JIT compiler and judged
@@ -68,6 +68,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.settings import GRAMMAR_BACKENDS
 
 if TYPE_CHECKING:
     import torch
@@ -76,10 +77,6 @@ log = logging.getLogger(__name__)
 
 # the constrained warm-up probe's pattern (any small grammar: it exercises the mask kernel on the device)
 _WARMUP_REGEX = r"[A-Za-z]{1,8}"
-# xgrammar's names of its mask kernels (the "grammar_kernel" option)
-GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
-# the libraries that compute the grammar masks (the "grammar_backend" option; vLLM's names) -> their module
-GRAMMAR_BACKENDS = {"guidance": "llguidance", "xgrammar": "xgrammar"}
 # Every model call of every TransformersEngine in the process (load, warm-up, generate) runs on this one thread.
 # torch.compile's CUDA-graph trees keep their state in thread-local storage set up on the thread that first used
 # them: a graph used from any other thread fails (``assert torch._C._is_key_in_tls(...)``, seen on an H200 when
@@ -184,15 +181,13 @@ class TransformersEngine(Engine):
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
-        backend = config.extra.get("grammar_backend", "xgrammar")
+        self.settings = s = config.transformers
         # xgrammar applies the masks whichever library computes them
-        self._constrain = config.extra.get("constrain", "true").lower() != "false"
-        self.supports_regex = (self._constrain
-                               and importlib.util.find_spec("xgrammar") is not None
-                               and importlib.util.find_spec(GRAMMAR_BACKENDS.get(backend, "xgrammar")) is not None)
+        self.supports_regex = (importlib.util.find_spec("xgrammar") is not None
+                               and importlib.util.find_spec(GRAMMAR_BACKENDS[s.grammar_backend]) is not None)
         # GenParams.max_line_chars: enforced by the mask (a table of token byte lengths), not by the grammar library
-        self.supports_line_bound = self.supports_regex and config.extra.get("line_bound", "true").lower() != "false"
-        self._grammar_backend = backend
+        self.supports_line_bound = self.supports_regex and s.line_bound
+        self._grammar_backend = s.grammar_backend
         self._grammar_compiler: Any = None  # xgrammar's GrammarCompiler, or llguidance's LLTokenizer
         self._grammar_pool: Any = None  # the mask-filling threads: xgrammar's BatchGrammarMatcher or an LLExecutor
         self._grammars: dict[str, Any] = {}
@@ -209,12 +204,15 @@ class TransformersEngine(Engine):
         self._eos_ids: list[int] = []
         self._started = False
         self._stopping = False
-        self._static_cache = False
+        self._static_cache = s.static_cache
         self._kv: Any = None  # the static KV cache every call reuses (static_cache only), and its length
         self._kv_len = 0
-        self._reuse_kv = True
-        self._grammar_kernel = "auto"
-        self._grammar_threads = 1
+        self._reuse_kv = s.static_cache_reuse
+        # the grammar-mask kernel (xgrammar's backend names). "auto" is xgrammar's choice: one Triton kernel on CUDA
+        # (JIT-compiled in the warm-up; needs a host C compiler, as torch.compile does), its native kernel on CPU.
+        # "torch_native" (a few torch ops) needs no compiler; on an H200 it judged within 5% of Triton's time.
+        self._grammar_kernel = s.grammar_kernel
+        self._grammar_threads = s.grammar_threads
         self.stats = BatchStats()
 
     # ------------------------------------------------------------------ lifecycle
@@ -224,8 +222,6 @@ class TransformersEngine(Engine):
             return
         if not self.config.model_path:
             raise EngineError("transformers engine: config.model_path is empty (pass a local HF folder)")
-        if self.config.max_batch < 1 or self.config.max_wait_ms < 0:
-            raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
         await self._on_thread(self._load)
         # warm-up: first-call kernels and allocations at the full batch size on GPU (a first large batch is
         # otherwise several seconds slower). With the static cache, the second call (a prompt of ~300 tokens: another
@@ -237,7 +233,7 @@ class TransformersEngine(Engine):
             # constrained probes too, so a grammar kernel that cannot run on this device fails the start, not every batch
             params = GenParams(max_tokens=new, regex=_WARMUP_REGEX if self.supports_regex else None)
             probes = [_Request([{"role": "user", "content": " ".join(["Hi"] * words)}], params,
-                               "warmup", loop.create_future()) for _ in range(self.config.max_batch if on_gpu else 1)]
+                               "warmup", loop.create_future()) for _ in range(self.settings.max_batch if on_gpu else 1)]
             await self._on_thread(self._generate_batch, probes)
         self._wakeup = asyncio.Event()
         self._stopping = False
@@ -245,7 +241,7 @@ class TransformersEngine(Engine):
         self._started = True
         log.info("transformers engine ready: model=%s adapter=%s device=%s dtype=%s max_batch=%d max_wait_ms=%.1f",
                  self.config.model_id or self.config.model_path, self.config.adapter, self._device,
-                 self._model.dtype, self.config.max_batch, self.config.max_wait_ms)
+                 self._model.dtype, self.settings.max_batch, self.settings.max_wait_ms)
 
     def _load(self) -> None:
         import torch
@@ -262,7 +258,7 @@ class TransformersEngine(Engine):
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, self.config.adapter, is_trainable=False)
-            if self.config.extra.get("merge_adapter", "true").lower() != "false":
+            if self.settings.merge_adapter:
                 model = model.merge_and_unload()
         model.to(device)
         model.eval()
@@ -273,25 +269,8 @@ class TransformersEngine(Engine):
         if not eos_ids:
             raise EngineError("transformers engine: the model defines no EOS token")
         self._model, self._tokenizer, self._device, self._eos_ids = model, tok, device, eos_ids
-        static = self.config.extra.get("static_cache", "false").lower()
-        self._static_cache = static == "true"
-        self._reuse_kv = self.config.extra.get("static_cache_reuse", "true").lower() != "false"
-        # the grammar-mask kernel (xgrammar's backend names). "auto" is xgrammar's choice: one Triton kernel on CUDA
-        # (JIT-compiled in the warm-up; needs a host C compiler, as torch.compile does), its native kernel on CPU.
-        # "torch_native" (a few torch ops) needs no compiler; on an H200 it judged within 5% of Triton's time.
-        kernel = self.config.extra.get("grammar_kernel", "auto")
-        if kernel not in GRAMMAR_KERNELS:
-            raise EngineError(f"grammar_kernel {kernel!r}: expected one of {', '.join(GRAMMAR_KERNELS)}")
-        self._grammar_kernel = kernel
-        threads = self.config.extra.get("grammar_threads", "1")
-        if not threads.isdigit() or int(threads) < 1:
-            raise EngineError(f"grammar_threads {threads!r}: expected an integer >= 1")
-        self._grammar_threads = int(threads)
-        if self._grammar_backend not in GRAMMAR_BACKENDS:
-            raise EngineError(f"grammar_backend {self._grammar_backend!r}: expected one of "
-                              f"{', '.join(GRAMMAR_BACKENDS)}")
         module = GRAMMAR_BACKENDS[self._grammar_backend]
-        if self._constrain and self._grammar_backend != "xgrammar" and importlib.util.find_spec(module) is None:  # chosen explicitly: never silently unconstrained
+        if self._grammar_backend != "xgrammar" and importlib.util.find_spec(module) is None:  # chosen explicitly: never silently unconstrained
             raise EngineError(f"grammar_backend {self._grammar_backend!r} needs {module} installed "
                               "(pip install 'compeer[guidance]')")
 
@@ -379,8 +358,8 @@ class TransformersEngine(Engine):
         while not self._queue:
             self._wakeup.clear()
             await self._wakeup.wait()
-        deadline = time.monotonic() + self.config.max_wait_ms / 1000.0
-        while len(self._queue) < self.config.max_batch:
+        deadline = time.monotonic() + self.settings.max_wait_ms / 1000.0
+        while len(self._queue) < self.settings.max_batch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -399,7 +378,7 @@ class TransformersEngine(Engine):
         for req in self._queue:
             if req.cancelled:
                 continue
-            if len(batch) < self.config.max_batch and req.key == key:
+            if len(batch) < self.settings.max_batch and req.key == key:
                 batch.append(req)
             else:
                 rest.append(req)
@@ -469,10 +448,10 @@ class TransformersEngine(Engine):
             limits.append(min(req.params.max_tokens, room))
         if rows:
             dummies = 0
-            if self._static_cache and len(ids) < self.config.max_batch:
+            if self._static_cache and len(ids) < self.settings.max_batch:
                 # one batch shape for the compiled decode graph: fill with copies of the shortest prompt, rows
                 # that the stopping criterion ends at once (a new batch size would cost a long recompile)
-                dummies = self.config.max_batch - len(ids)
+                dummies = self.settings.max_batch - len(ids)
                 ids = ids + [min(ids, key=len)] * dummies
             input_ids, attention_mask = left_pad(ids, tok.pad_token_id, self._device)
             prompt_len = input_ids.shape[1]
