@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import print_table, write_result
-from judge.engines.hf.engine import LineTable, guidance_tokenizer
+from judge.engines.hf.grammar import guidance_tokenizer
+from judge.engines.hf.line_bound import LineTable
 from judge.model_store import resolve_model
 from judge.protocol import JudgeSettings, round_constraint, round_regex
 

@@ -123,7 +123,7 @@ def plain_generate_phase(model_path: str, device: str, rounds: list[list[Message
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from judge.engines.hf.engine import resolve_device_dtype
+    from judge.device import resolve_device_dtype
 
     dev, dtype = resolve_device_dtype(device, "auto")
     tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)

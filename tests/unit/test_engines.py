@@ -20,9 +20,12 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from judge.device import resolve_device_dtype
 from judge.engines import create_engine
 from judge.engines.base import EngineConfig, EngineError, GenParams, GenResult
-from judge.engines.hf.engine import BatchStats, TransformersEngine, resolve_device_dtype, sampling_key
+from judge.engines.hf.engine import TransformersEngine
+from judge.engines.hf.runner import sampling_key
+from judge.engines.hf.stats import GenerateStats
 from judge.engines.openai_engine import OpenAIEngine
 from judge.engines.settings import OpenAISettings, TransformersSettings
 from tests.fake_engine import FakeEngine
@@ -176,13 +179,15 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
         chats = [_chat(5), [{"role": "user", "content": "Say hello to my friend Ann, please."}]]
         got = await asyncio.gather(*(static.generate(c, GenParams(max_tokens=3 + i), f"p{i}")
                                      for i, c in enumerate(chats)))
-        cache, length = static._kv, static._kv_len
+        assert static._runner is not None and static._runner.kv is not None
+        kv = static._runner.kv
+        cache, length = kv.cache, kv.length
         # later calls reuse (reset) the one cache while it is long enough: its tensors keep their addresses
         again = await asyncio.gather(*(static.generate(chats[i], GenParams(max_tokens=3 + i), f"q{i}")
                                        for i in reversed(range(len(chats)))))
-        assert static._kv is cache and length % 256 == 0
+        assert kv.cache is cache and length % 256 == 0
         longer = await static.generate([{"role": "user", "content": "word " * 300}], GenParams(max_tokens=2), "long")
-        assert static._kv_len > length and longer.output_tokens >= 1  # a longer call grows it
+        assert kv.length > length and longer.output_tokens >= 1  # a longer call grows it
     finally:
         await static.stop()
     assert static.stats.batch_sizes[-2] == 2  # two real requests, two filler rows never resolved
@@ -224,7 +229,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
     other = TransformersEngine(_hf_config(grammar_backend="guidance"))
     await other.start()
     try:
-        assert hf_engine._grammar_backend == "xgrammar" and other.supports_regex
+        assert hf_engine.settings.grammar_backend == "xgrammar" and other.supports_regex
         patterns = [round_regex(("step1",), 40), round_regex(("preference",), 40), r"[a-z]{1,3}( [a-z]{1,3}){0,2}"]
         params = [GenParams(max_tokens=32, regex=p) for p in patterns]
         for engine in (hf_engine, other):
@@ -232,7 +237,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
             got = await asyncio.gather(*(engine.generate(_chat(i), q, f"g{i}") for i, q in enumerate(params)))
             assert engine.stats.batches - before == 1
             for pattern, r in zip(patterns, got):
-                assert r.finish_reason == "stop" and re.fullmatch(pattern, r.text), (engine._grammar_backend, r)
+                assert r.finish_reason == "stop" and re.fullmatch(pattern, r.text), (engine.settings.grammar_backend, r)
     finally:
         await other.stop()
 
@@ -241,7 +246,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
 async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """A vocabulary whose bytes llguidance reads wrongly (spaces as byte-level markers, as seen on a GPU machine)
     must stop the engine at start, not silently leave every constrained row unconstrained."""
-    from judge.engines.hf import engine as module
+    from judge.engines.hf import grammar as module
 
     class MisreadVocabulary(module._GuidanceVocabulary):
         def __init__(self, *args: Any) -> None:
@@ -316,7 +321,7 @@ def test_line_table_counts_bytes_per_line_and_masks_what_would_overflow() -> Non
     import torch
     import xgrammar as xgr
 
-    from judge.engines.hf.engine import LineTable
+    from judge.engines.hf.line_bound import LineTable
 
     vocab = [b"ab", b"\n", b"abc\nd", b"xyz\n", b"<eos>", "\u00e9".encode(), b"abcd"] + [b"q"] * 30
     table = LineTable(vocab, len(vocab), special={4})
@@ -338,7 +343,7 @@ def test_left_pad_matches_the_tokenizers_left_padding() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from judge.engines.hf.engine import left_pad
+    from judge.engines.hf.runner import left_pad
 
     tok = AutoTokenizer.from_pretrained(str(MODEL_PATH), local_files_only=True)
     tok.padding_side = "left"
@@ -349,9 +354,9 @@ def test_left_pad_matches_the_tokenizers_left_padding() -> None:
     assert torch.equal(got_ids, want["input_ids"]) and torch.equal(got_mask, want["attention_mask"])
 
 
-def test_batch_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(BatchStats, "keep", 3)
-    stats = BatchStats(batches=6)
+def test_generate_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(GenerateStats, "keep", 3)
+    stats = GenerateStats(batches=6)
     stats.batch_sizes.extend(range(5))
     stats.prep_s.extend([0.5] * 2)
     stats.trim()
