@@ -27,11 +27,12 @@ from bench.judge_throughput import RecordingEngine, make_groups
 from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
+from judge.conversation import Judge
 from judge.engines.base import EngineConfig, Message
 from judge.engines.hf.engine import TransformersEngine
 from judge.engines.settings import TransformersSettings
 from judge.model_store import resolve_model
-from judge.protocol import Judge, JudgeSettings, load_template
+from judge.protocol import JudgeSettings, load_template
 
 # configuration name -> TransformersSettings fields (besides max_batch and max_wait_ms)
 CONFIGS: dict[str, dict[str, Any]] = {

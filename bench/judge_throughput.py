@@ -30,9 +30,10 @@ from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.reasoning import parse, render
 from cer.taxonomy import load_taxonomy
+from judge.conversation import Judge
 from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
 from judge.model_store import resolve_model
-from judge.protocol import Judge, JudgeSettings, load_template
+from judge.protocol import JudgeSettings, load_template
 from reward_server.types import GroupRequest, ScoreOptions
 
 _TOPICS = ["my exam results", "losing my job", "a fight with my sister", "moving to a new city", "my dog dying",

@@ -1,4 +1,5 @@
-"""The UnifiReward judge protocol: prompts per mode, rounds, verdict parsing, bounded re-generation.
+"""The UnifiReward judge protocol: templates, the rounds per mode, the verdict constraint of a round, the judge's
+settings and the judge SFT renderer. :mod:`judge.conversation` runs the rounds on an engine.
 
 One judge conversation per candidate. In ``unified`` mode the rounds are steps 1-3 then the reply
 preference, each round seeing every earlier round (the paper's point). ``single_pass`` asks for every
@@ -9,8 +10,7 @@ candidate are never sent to the judge: they count as failed (see :mod:`cer.rewar
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -21,8 +21,8 @@ from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from cer.reasoning import STEP_PARTS, ParsedOutput
 from cer.taxonomy import Taxonomy
-from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels, parse_verdicts
-from judge.engines.base import Engine, GenParams, Message
+from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels
+from judge.engines.base import Message
 from judge.settings import setting
 
 #: Component names, in judging order.
@@ -184,76 +184,13 @@ class JudgeSettings:
                                          "parse + retry only)")
 
 
-@dataclass
-class CandidateJudgment:
-    """What the judge said about one candidate."""
-
-    verdicts: dict[str, Verdict | None] = field(default_factory=dict)
-    judged: set[str] = field(default_factory=set)
-    texts: list[str] = field(default_factory=list)
-    generations: int = 0
-
-
-class Judge:
-    """Runs the judge conversation for one candidate on an engine."""
-
-    _ids = itertools.count()
-
-    def __init__(self, engine: Engine, template: Template, taxonomy: Taxonomy, settings: JudgeSettings) -> None:
-        self.engine = engine
-        self.template = template
-        self.taxonomy = taxonomy
-        self.settings = settings
-
-    @property
-    def constrained(self) -> bool:
-        return self.settings.constrain and self.engine.supports_regex
-
-    def _params(self, plan: RoundPlan, retry: bool) -> GenParams:
-        s = self.settings
-        regex, max_line = round_constraint(plan.components, s.rationale_max_chars, self.engine.supports_line_bound) \
-            if self.constrained else (None, None)
-        return GenParams(
-            max_tokens=s.max_tokens_per_component * len(plan.components),
-            temperature=s.retry_temperature if retry else s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            regex=regex,
-            max_line_chars=max_line,
-        )
-
-    async def judge(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
-                    mode: JudgeMode) -> CandidateJudgment:
-        """Judge one candidate; unparsable rounds are re-generated up to ``max_retries`` times."""
-        out = CandidateJudgment()
-        messages: list[Message] = [{"role": "system", "content": self.template.system}]
-        for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed):
-            messages.append({"role": "user", "content": plan.user})
-            text = ""
-            verdicts: list[Verdict | None] = [None] * len(plan.components)
-            for attempt in range(self.settings.max_retries + 1):
-                result = await self.engine.generate(messages, self._params(plan, retry=attempt > 0),
-                                                    request_id=f"judge-{next(self._ids)}")
-                out.generations += 1
-                text = result.text
-                verdicts = parse_verdicts(text, plan.kinds)
-                if all(v is not None for v in verdicts):
-                    break
-            messages.append({"role": "assistant", "content": text})
-            out.texts.append(text)
-            for c, v in zip(plan.components, verdicts):
-                out.verdicts[c] = v
-                out.judged.add(c)
-        return out
-
-
 def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],
                       reference: str | None, parsed: ParsedOutput, verdicts: dict[str, Verdict],
                       rationales: dict[str, str] | None = None,
                       rationale_max_chars: int = JudgeSettings.rationale_max_chars) -> list[Message]:
     """A complete judge conversation with the given (gold) verdicts as the judge's turns.
 
-    This is the judge SFT format: the same prompts :class:`Judge` sends, with assistant turns written in the
+    This is the judge SFT format: the same prompts :class:`judge.conversation.Judge` sends, with assistant turns written in the
     grammar the parser reads and the constrained decoder allows (``Rationale: <one line of at most
     rationale_max_chars>`` then ``Verdict: <label>``); longer rationales are cut. Training and serving share it.
     """
@@ -271,6 +208,5 @@ def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, h
     return messages
 
 
-__all__ = ["COMPONENTS", "PREFERENCE", "STEP_COMPONENTS", "STEP_PARTS", "CandidateJudgment", "Judge",
-           "JudgeSettings", "RoundPlan", "Template", "load_template", "plan_rounds", "render_history",
-           "render_judge_chat", "round_constraint", "round_regex"]
+__all__ = ["COMPONENTS", "PREFERENCE", "STEP_COMPONENTS", "STEP_PARTS", "JudgeSettings", "RoundPlan", "Template",
+           "load_template", "plan_rounds", "render_history", "render_judge_chat", "round_constraint", "round_regex"]

@@ -21,8 +21,9 @@ from cer.reasoning import ParsedOutput, parse
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, Verdict, parse_label
+from judge.conversation import CandidateJudgment, Judge
 from judge.engines.base import Engine, EngineError
-from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, CandidateJudgment, Judge, load_template
+from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, load_template
 from reward_server import __version__
 from reward_server.cache import KeyContext, ResultCache, cache_key
 from reward_server.config import ServerConfig

@@ -1,5 +1,5 @@
 """UnifiReward training and measurement: judge SFT (unified, PRM-only, ORM-only) with TRL + PEFT LoRA,
-held-out evaluation through the serving judge (:class:`judge.protocol.Judge`), the process/outcome
+held-out evaluation through the serving judge (:class:`judge.conversation.Judge`), the process/outcome
 inconsistency audit (paper Fig. 5a) and the duplicate / rewrite / persona ablation.
 
 Heavy imports (torch, transformers, trl, peft, datasets, sklearn, matplotlib) happen inside the functions that

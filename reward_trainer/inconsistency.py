@@ -17,8 +17,10 @@ import logging
 from dataclasses import dataclass
 
 from cer.verdicts import Kind, Preference, Verdict, parse_verdicts
-from judge.engines.base import Engine, EngineError, GenParams, Message
-from judge.protocol import PREFERENCE, STEP_COMPONENTS, JudgeSettings, round_constraint
+from judge.conversation import retry_policy, round_params
+from judge.engines.base import Engine, Message
+from judge.generation import generate_validated
+from judge.protocol import PREFERENCE, STEP_COMPONENTS, JudgeSettings
 from reward_trainer.predict import Prediction
 
 log = logging.getLogger(__name__)
@@ -134,24 +136,18 @@ def audit_messages(item: AuditInput) -> list[Message]:
 
 async def audit_one(engine: Engine, item: AuditInput, settings: JudgeSettings, request_id: str) -> bool | None:
     """The auditor's answer (True = contradiction), None when unparsable after the retries or the engine failed."""
-    regex, max_line = round_constraint(("step1",), settings.rationale_max_chars, engine.supports_line_bound) \
-        if settings.constrain and engine.supports_regex else (None, None)
-    messages = audit_messages(item)
-    for attempt in range(settings.max_retries + 1):
-        params = GenParams(max_tokens=settings.max_tokens_per_component,
-                           temperature=settings.retry_temperature if attempt else settings.temperature,
-                           top_p=settings.top_p, seed=settings.seed, regex=regex,
-                           max_line_chars=max_line)
-        try:
-            result = await engine.generate(messages, params, request_id=f"{request_id}-{attempt}")
-        except EngineError as exc:
-            log.warning("auditor failed on %s: %s", item.key, type(exc).__name__)
-            return None
-        log.debug("auditor on %s said: %s", item.key, result.text)
-        verdict = parse_verdicts(result.text, [Kind.STEP])[0]
-        if isinstance(verdict, bool):
-            return verdict
-    return None
+    result = await generate_validated(engine, audit_messages(item), round_params(settings, engine, ("step1",)),
+                                      _contradiction, retry_policy(settings), request_id)
+    if result.engine_error is not None:
+        log.warning("auditor failed on %s: %s", item.key, type(result.engine_error).__name__)
+        return None
+    log.debug("auditor on %s said: %s", item.key, result.text)
+    return result.value
+
+
+def _contradiction(text: str) -> bool | None:
+    verdict = parse_verdicts(text, [Kind.STEP])[0]
+    return verdict if isinstance(verdict, bool) else None
 
 
 async def audit(engine: Engine, setup: str, items: list[AuditInput], settings: JudgeSettings,

@@ -1,4 +1,4 @@
-"""Run held-out judge items through the serving judge: :class:`judge.protocol.Judge` on an engine made by
+"""Run held-out judge items through the serving judge: :class:`judge.conversation.Judge` on an engine made by
 :func:`judge.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
 parses a verdict: the Judge does both, exactly as the reward service does.
 """
@@ -18,9 +18,10 @@ from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference, Verdict
+from judge.conversation import Judge
 from judge.engines.base import Engine, EngineConfig, EngineError
 from judge.engines.settings import TransformersSettings
-from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, Judge, JudgeSettings, load_template
+from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, JudgeSettings, load_template
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, parse_verdicts
+from judge.conversation import Judge
 from judge.protocol import (
-    Judge,
     JudgeSettings,
     load_template,
     plan_rounds,
