@@ -1,6 +1,8 @@
 """The judge modes: which components of a candidate one judgment decides (see DESIGN.md, UnifiReward).
 
 The service, the trainers and the dataset pipeline all name modes by these values; nothing else defines them.
+:data:`TRAINED_MODES` are the judges trained (and emitted as SFT sets) one each; :class:`RewardJudgeMode` is how the
+policy trainer composes its reward from judge modes.
 """
 
 from __future__ import annotations
@@ -23,3 +25,26 @@ class JudgeMode(str, enum.Enum):
     @property
     def judges_preference(self) -> bool:
         return self is not JudgeMode.PRM
+
+
+#: The judge variants trained separately (judge SFT sets, adapters); single_pass is served by the unified judge.
+TRAINED_MODES: tuple[JudgeMode, ...] = (JudgeMode.UNIFIED, JudgeMode.PRM, JudgeMode.ORM)
+
+
+class RewardJudgeMode(str, enum.Enum):
+    """How the policy trainer asks the reward service to judge.
+
+    ``unified``: UnifiReward's multi-turn judge (steps 1-3 then the reply), the paper's UR/URP.
+    ``single_pass``: one judge generation for all four components.
+    ``prm_orm``: the paper's POR ablation: two calls on the same server, mode ``prm`` (steps) and mode ``orm``
+    (reply preference); the reward is steps + preference + format.
+    """
+
+    UNIFIED = JudgeMode.UNIFIED.value
+    SINGLE_PASS = JudgeMode.SINGLE_PASS.value
+    PRM_ORM = "prm_orm"
+
+    @property
+    def judge_modes(self) -> tuple[JudgeMode, ...]:
+        """The judge mode of each call one reward needs."""
+        return (JudgeMode.PRM, JudgeMode.ORM) if self is RewardJudgeMode.PRM_ORM else (JudgeMode(self.value),)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cer.verdicts import Preference
+from cer.verdicts import Preference, favourable
 
 STEP_TRUE, STEP_FALSE = 1.0, -1.0
 PREF_WIN, PREF_LOSE = 1.0, -1.0
@@ -28,7 +28,7 @@ def preference_reward(verdict: Preference | None) -> float | None:
     """+1 if the candidate (shown second) matches or beats the reference, -1 otherwise, None when unknown."""
     if verdict is None:
         return None
-    return PREF_WIN if verdict in (Preference.SECOND, Preference.BOTH_GOOD) else PREF_LOSE
+    return PREF_WIN if favourable(verdict) else PREF_LOSE
 
 
 def format_reward(ok: bool) -> float:

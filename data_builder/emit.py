@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cer.modes import JudgeMode
+from cer.modes import TRAINED_MODES, JudgeMode
 from cer.policy_prompt import policy_messages
 from cer.reasoning import parse
 from cer.taxonomy import Taxonomy, load_taxonomy
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # datasets is imported when used: it costs ~1.5 s, and the ot
     from datasets import Dataset, DatasetDict, Features
 
 SPLITS = ("train", "heldout")
-SFT_MODES: tuple[str, ...] = (JudgeMode.UNIFIED.value, JudgeMode.PRM.value, JudgeMode.ORM.value)
+SFT_MODES: tuple[str, ...] = tuple(m.value for m in TRAINED_MODES)
 
 
 @lru_cache(maxsize=1)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 from cer import rewards
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
-from cer.reasoning import ParsedOutput, parse
+from cer.reasoning import ParsedOutput, parse, strip_tags
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, Verdict, parse_label
@@ -48,7 +47,6 @@ from reward_server.types import (
 from reward_server.validation import candidate_error, validate_group
 
 log = logging.getLogger(__name__)
-_TAGS = re.compile(r"</?(analysis|emotion|strategy|response)>", re.IGNORECASE)
 
 
 @dataclass
@@ -82,7 +80,7 @@ def _judgment_from_record(rec: dict[str, Any]) -> CandidateJudgment:
 def reply_text(candidate: str, parsed: ParsedOutput) -> str:
     """The text similarities are computed on: the reply part, or the whole candidate without tags when the
     reply part is missing (documented in docs/reward_server.md)."""
-    return parsed.response if parsed.response is not None else _TAGS.sub(" ", candidate).strip()
+    return parsed.response if parsed.response is not None else strip_tags(candidate)
 
 
 def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> CandidateResult:

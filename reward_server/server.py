@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from judge.device import dtype_name, resolve_device_dtype
 from judge.engines import create_engine
 from judge.model_store import adapter_id, default_embedding_path, resolve_model
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
@@ -63,8 +64,8 @@ async def build_core(config: ServerConfig) -> RewardCore:
     """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
     config.validate()
     if config.engine.backend != "openai":
-        dtype = "float32" if config.engine.device in ("auto", "cpu") else "bfloat16"
-        ref = await asyncio.to_thread(resolve_model, config.model, dtype)
+        _, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        ref = await asyncio.to_thread(resolve_model, config.model, dtype_name(dtype))
         config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision)
     else:
         name = config.engine.openai.model or config.model

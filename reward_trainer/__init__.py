@@ -6,6 +6,9 @@ Heavy imports (torch, transformers, trl, peft, datasets, sklearn, matplotlib) ha
 need them, so importing this package is cheap.
 """
 
-VARIANTS: tuple[str, ...] = ("unified", "prm", "orm")
+from cer.modes import TRAINED_MODES
+
+#: The judge variants this package trains and evaluates, by mode name (:data:`cer.modes.TRAINED_MODES`).
+VARIANTS: tuple[str, ...] = tuple(m.value for m in TRAINED_MODES)
 
 __all__ = ["VARIANTS"]

@@ -48,8 +48,8 @@ class JudgeSFTConfig(SFTConfig):
     )
     model_dtype: str = field(
         default="auto",
-        metadata={"help": "dtype the base model is loaded in: 'auto' (bfloat16 on CUDA, float32 on CPU), "
-                          "'float32' or 'bfloat16'."},
+        metadata={"help": "dtype the base model is loaded in: 'auto' (judge.device: bfloat16 on CUDA, float16 on a GPU "
+                          "without bfloat16, float32 on CPU), 'float32', 'bfloat16' or 'float16'."},
     )
     template: str = field(
         default="unifireward-v1",

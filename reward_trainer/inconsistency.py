@@ -16,7 +16,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from cer.verdicts import Kind, Preference, Verdict, parse_verdicts
+from cer.verdicts import FAVOURABLE, Kind, Preference, Verdict, favourable, parse_verdicts
 from judge.conversation import retry_policy, round_params
 from judge.engines.base import Engine, Message
 from judge.generation import generate_validated
@@ -27,10 +27,16 @@ log = logging.getLogger(__name__)
 
 AUDIT_VERSION = "audit-v1"
 
+
+
+def _labels(favourable_ones: bool) -> str:
+    return " or ".join(repr(p.value) for p in Preference if (p in FAVOURABLE) == favourable_ones)
+
+
 #: The contradiction rule, as given to the auditor and as :func:`rule_contradicts` implements it.
 RULE = (
-    "The outcome is favourable when the reply preference is 'second' or 'both_good' (the candidate's reply matches "
-    "or beats the reference) and unfavourable when it is 'first' or 'neither'. The verdicts CONTRADICT when "
+    f"The outcome is favourable when the reply preference is {_labels(True)} (the candidate's reply matches "
+    f"or beats the reference) and unfavourable when it is {_labels(False)}. The verdicts CONTRADICT when "
     "(a) all three reasoning steps were judged True but the preference is 'neither' (sound reasoning, yet no "
     "acceptable reply), or (b) at most one reasoning step was judged True but the outcome is favourable (mostly "
     "wrong reasoning, yet a reply as good as or better than the reference). Otherwise they are consistent."
@@ -50,15 +56,12 @@ AUDIT_USER = (
     "\"Rationale: ...\" and then \"Verdict: True\" (they contradict) or \"Verdict: False\" (consistent)."
 )
 
-FAVOURABLE = frozenset({Preference.SECOND, Preference.BOTH_GOOD})
-
-
 def rule_contradicts(steps: list[bool], preference: Preference) -> bool:
     """:data:`RULE` applied mechanically."""
     true_steps = sum(1 for s in steps if s)
     if true_steps == len(steps) and preference is Preference.NEITHER:
         return True
-    return true_steps <= 1 and preference in FAVOURABLE
+    return true_steps <= 1 and favourable(preference)
 
 
 @dataclass(frozen=True)

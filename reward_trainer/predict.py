@@ -97,18 +97,13 @@ class JudgeRuntime:
     concurrency: int = 32
 
 
-def _model_dtype(device: str) -> str:
-    import torch
-
-    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    return "bfloat16" if on_cuda else "float32"
-
-
 def model_ref(runtime: JudgeRuntime, model: str | None = None) -> Any:
     """The resolved base model (:class:`judge.model_store.ModelRef`) in the device's dtype."""
+    from judge.device import dtype_name, resolve_device_dtype
     from judge.model_store import resolve_model
 
-    return resolve_model(model or runtime.model, _model_dtype(runtime.device))
+    _, dtype = resolve_device_dtype(runtime.device, "auto")
+    return resolve_model(model or runtime.model, dtype_name(dtype))
 
 
 @asynccontextmanager

@@ -564,3 +564,18 @@ async def test_fake_engine_delay_and_cancellation() -> None:
     await engine.stop()
     with pytest.raises(EngineError):
         await engine.generate([], GenParams(), "stopped")
+
+
+def test_auto_dtype_is_half_precision_on_a_gpu_and_float32_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for "auto" (judge.device): the server's default-model conversion and the engines both use it."""
+    import torch
+
+    from judge.device import dtype_name
+
+    assert resolve_device_dtype("auto", "auto") == ("cpu", torch.float32) or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_device_dtype("auto", "auto") == ("cuda", torch.bfloat16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # e.g. a V100 or a T4
+    assert resolve_device_dtype("cuda:1", "auto") == ("cuda:1", torch.float16)
+    assert resolve_device_dtype("cpu", "float16") == ("cpu", torch.float16) and dtype_name(torch.float16) == "float16"
