@@ -31,7 +31,7 @@ from bench.judge_throughput import make_groups
 from cer.redundancy import reweight
 from judge.model_store import resolve_model
 from policy_trainer.config import LengthUnit
-from policy_trainer.rewards import RewardBatchStats, CompeerReward, RewardSettings
+from policy_trainer.rewards import CompeerReward, RewardBatchStats, RewardSettings
 from reward_server.client import RewardClient
 from reward_server.grpc import convert
 from reward_server.proto import pb

@@ -160,7 +160,10 @@ class RewardCore:
         self._key_ctx = KeyContext(model=config.engine.model_id, revision=config.engine.revision,
                                    adapter=config.engine.adapter_id or config.engine.adapter,
                                    template_version=self.template.version,
-                                   sampling=self.sampling.to_json())
+                                   # the reported sampling, plus what else changes a judgment: the retries'
+                                   # temperature and the rationale bound of the verdict grammar
+                                   sampling={**self.sampling.to_json(), "retry_temperature": s.retry_temperature,
+                                             "rationale_max_chars": s.rationale_max_chars})
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:

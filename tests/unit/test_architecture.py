@@ -98,3 +98,18 @@ def test_no_module_is_a_god_file() -> None:
             if n > 400:
                 long[str(path.relative_to(ROOT))] = n
     assert long == {}
+
+
+def test_the_readme_architecture_section_is_this_table() -> None:
+    """README.md's "Architecture" block lists, per package, exactly the edges this test allows."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Architecture\n```\n", 1)[1].split("```", 1)[0]
+    documented: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        name, _, deps = line.partition("->")
+        name = name.split()[0]
+        deps = re.sub(r"\([^)]*\)", "", deps)  # comments in parentheses
+        documented[name] = {d.strip() for d in re.split(r"[,+]", deps) if d.strip()}
+    assert documented == {package: set(allowed) - {"compeer.reward.v1"} for package, allowed in ALLOWED.items()}
