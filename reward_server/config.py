@@ -9,7 +9,7 @@ from cer.modes import JudgeMode
 from judge.engines.base import BACKENDS, EngineConfig
 from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from judge.settings import nested, setting
-from reward_server.types import Limits
+from reward_server.types import SCORE_MODES, Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -31,7 +31,8 @@ class ServerConfig:
     cache_max_entries: int = setting(100_000, help="in-process result cache size (entries)")
     template: str = setting(DEFAULT_TEMPLATE, help="judge template: a packaged version or a YAML path")
     taxonomy: str | None = setting(None, help="strategy taxonomy YAML (none: ESConv's eight)")
-    default_mode: JudgeMode = setting(JudgeMode.UNIFIED, help="judge mode of a request that names none")
+    default_mode: JudgeMode = setting(JudgeMode.UNIFIED, choices=[m.value for m in SCORE_MODES],
+                                      help="judge mode of a request that names none")
     judge: JudgeSettings = nested(JudgeSettings, help="judge sampling and retries")
     limits: Limits = nested(Limits, help="request limits")
     judge_timeout_s: float = setting(120.0, help="per-candidate judge limit in seconds (past it: status timeout)")

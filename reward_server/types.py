@@ -15,6 +15,9 @@ from cer.modes import JudgeMode
 from cer.verdicts import Preference
 from judge.settings import setting
 
+#: The modes ScoreGroup / ScoreBatch serve (``reply`` results have no wire shape there yet).
+SCORE_MODES: tuple[JudgeMode, ...] = tuple(m for m in JudgeMode if not m.judges_reply)
+
 
 class Status(str, enum.Enum):
     """Per-candidate outcome."""

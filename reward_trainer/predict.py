@@ -21,7 +21,7 @@ from cer.verdicts import Preference, Verdict
 from judge.conversation import Judge
 from judge.engines.base import Engine, EngineConfig, EngineError
 from judge.engines.settings import TransformersSettings
-from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, JudgeSettings, load_template
+from judge.protocol import DEFAULT_TEMPLATE, PREFERENCE, STEP_COMPONENTS, JudgeSettings, load_template, mode_components
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +49,8 @@ class Prediction:
 
 
 def components_of(variant: str) -> tuple[str, ...]:
-    """The components a variant's judge decides (unified: all four; prm: steps; orm: the preference)."""
-    mode = JudgeMode(variant)
-    return tuple(c for c in COMPONENTS if (c == PREFERENCE and mode.judges_preference)
-                 or (c in STEP_COMPONENTS and mode.judges_steps))
+    """The components a variant's judge decides (see :func:`judge.protocol.mode_components`)."""
+    return mode_components(JudgeMode(variant))
 
 
 def item_key(dialogue_id: str, candidate: str) -> str:
@@ -91,7 +89,7 @@ class JudgeRuntime:
     model: str = "default"
     device: str = "auto"
     max_batch: int = 32
-    template: str = "unifireward-v1"
+    template: str = DEFAULT_TEMPLATE
     taxonomy: str | None = None
     settings: JudgeSettings = field(default_factory=lambda: JudgeSettings(seed=0))
     concurrency: int = 32

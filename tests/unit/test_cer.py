@@ -107,7 +107,7 @@ def test_tags_are_one_pattern() -> None:
 def test_modes_are_defined_once() -> None:
     from cer.modes import TRAINED_MODES, JudgeMode, RewardJudgeMode
 
-    assert [m.value for m in JudgeMode] == ["unified", "single_pass", "prm", "orm"]
+    assert [m.value for m in JudgeMode] == ["unified", "single_pass", "prm", "orm", "reply"]
     assert TRAINED_MODES == (JudgeMode.UNIFIED, JudgeMode.PRM, JudgeMode.ORM)
     assert RewardJudgeMode.UNIFIED.judge_modes == (JudgeMode.UNIFIED,)
     assert RewardJudgeMode.SINGLE_PASS.judge_modes == (JudgeMode.SINGLE_PASS,)
