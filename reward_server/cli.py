@@ -73,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.file, encoding="utf-8") as fh:
             body = json.load(fh)
         return asyncio.run(_score(a, body))
-    logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(a)
     except ValueError as exc:
         print(f"compeer-reward serve: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from reward_server.server import serve
 
     asyncio.run(serve(config))

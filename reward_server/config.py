@@ -43,7 +43,8 @@ class ServerConfig:
     max_in_flight_groups: int = setting(64, help="groups judged at once; more wait (counted in queue_ms)")
     shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
                                                  "cancelled")
-    log_level: str = setting("INFO", choices=LOG_LEVELS, help="log level (dialogue text is logged at DEBUG only)")
+    log_level: str = setting("INFO", help="log level, any case: DEBUG | INFO | WARNING | ERROR (dialogue text is "
+                                          "logged at DEBUG only)")
 
     def validate(self) -> ServerConfig:
         e = self.engine
@@ -77,6 +78,8 @@ class ServerConfig:
             raise ValueError("limits max_candidates and max_groups must be >= 1")
         if self.judge_timeout_s <= 0 or self.default_timeout_s <= 0:
             raise ValueError("judge_timeout_s and default_timeout_s must be > 0 seconds")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"log_level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
         if self.max_in_flight_groups < 1:
             raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1")
         return self

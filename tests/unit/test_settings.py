@@ -90,5 +90,8 @@ def test_bad_values_are_refused_naming_the_setting(clean_env: pytest.MonkeyPatch
         config_from_args(make_parser().parse_args(["serve", "--grammar-threads", "0"]))
     with pytest.raises(ValueError, match="max_in_flight_groups 0"):
         config_from_args(make_parser().parse_args(["serve", "--max-in-flight-groups", "0"]))
+    assert config_from_args(make_parser().parse_args(["serve", "--log-level", "debug"])).log_level == "debug"
+    with pytest.raises(ValueError, match="log_level 'loud'"):
+        config_from_args(make_parser().parse_args(["serve", "--log-level", "loud"]))
     with pytest.raises(ValueError, match="gpu_memory_utilization 1.5"):
         EngineConfig(vllm=VllmSettings(gpu_memory_utilization=1.5))
