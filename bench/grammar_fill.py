@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import print_table, write_result
-from reward_server.engines.hf_engine import LineTable, guidance_tokenizer
-from reward_server.judge import JudgeSettings, round_constraint, round_regex
-from reward_server.model_store import resolve_model
+from judge.engines.hf.grammar import guidance_tokenizer
+from judge.engines.hf.line_bound import LineTable
+from judge.model_store import resolve_model
+from judge.protocol import JudgeSettings, round_constraint, round_regex
 
 _ANSWER = ("Rationale: The analysis names the seeker's core issue and the right stage of support, so it fits here.\n"
            "Verdict: True")

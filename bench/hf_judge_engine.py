@@ -24,24 +24,26 @@ from typing import Any
 
 from bench.common import print_table, write_result
 from bench.judge_throughput import RecordingEngine, make_groups
+from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
-from reward_server.engines.base import EngineConfig, Message
-from reward_server.engines.hf_engine import TransformersEngine
-from reward_server.judge import Judge, JudgeSettings, load_template
-from reward_server.model_store import resolve_model
-from reward_server.types import JudgeMode
+from judge.conversation import Judge
+from judge.engines.base import EngineConfig, Message
+from judge.engines.hf.engine import TransformersEngine
+from judge.engines.settings import TransformersSettings
+from judge.model_store import resolve_model
+from judge.protocol import JudgeSettings, load_template
 
-# configuration name -> EngineConfig.extra
-CONFIGS: dict[str, dict[str, str]] = {
+# configuration name -> TransformersSettings fields (besides max_batch and max_wait_ms)
+CONFIGS: dict[str, dict[str, Any]] = {
     "dynamic": {},
-    "static": {"static_cache": "true"},
-    "static-torch-native": {"static_cache": "true", "grammar_kernel": "torch_native"},
-    "static-guidance": {"static_cache": "true", "grammar_backend": "guidance"},
-    "static-fresh-cache": {"static_cache": "true", "static_cache_reuse": "false"},
+    "static": {"static_cache": True},
+    "static-torch-native": {"static_cache": True, "grammar_kernel": "torch_native"},
+    "static-guidance": {"static_cache": True, "grammar_backend": "guidance"},
+    "static-fresh-cache": {"static_cache": True, "static_cache_reuse": False},
     # the counted bound as the engine ran it before the line bound: masks filled on 8 threads
-    "static-counted": {"static_cache": "true", "line_bound": "false", "grammar_threads": "8"},
-    "dynamic-counted": {"line_bound": "false", "grammar_threads": "8"},
+    "static-counted": {"static_cache": True, "line_bound": False, "grammar_threads": 8},
+    "dynamic-counted": {"line_bound": False, "grammar_threads": 8},
 }
 # ratio name -> (slower configuration, faster configuration, note): printed when both ran
 SPEED_RATIOS: dict[str, tuple[str, str, str]] = {
@@ -56,8 +58,9 @@ SPEED_RATIOS: dict[str, tuple[str, str, str]] = {
 async def engine_phase(model_path: str, device: str, name: str, args: argparse.Namespace
                        ) -> tuple[dict[str, Any], list[list[list[Message]]]]:
     """Judge ``args.steps`` fresh sets through one engine; returns figures and, per step, each round's prompts."""
+    settings = TransformersSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, **CONFIGS[name])
     config = EngineConfig(backend="transformers", model_path=model_path, device=device, dtype="auto",
-                          max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, extra=dict(CONFIGS[name]))
+                          transformers=settings)
     inner = TransformersEngine(config)
     engine = RecordingEngine(inner)
     t = time.perf_counter()
@@ -121,7 +124,7 @@ def plain_generate_phase(model_path: str, device: str, rounds: list[list[Message
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from reward_server.engines.hf_engine import resolve_device_dtype
+    from judge.device import resolve_device_dtype
 
     dev, dtype = resolve_device_dtype(device, "auto")
     tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)

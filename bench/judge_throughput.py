@@ -27,12 +27,14 @@ import httpx
 
 from bench.common import free_port, percentile, print_table, tree_peak_rss_mb, write_result
 from cer.dialogue import Role, Turn
+from cer.modes import JudgeMode
 from cer.reasoning import parse, render
 from cer.taxonomy import load_taxonomy
-from reward_server.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
-from reward_server.judge import Judge, JudgeSettings, load_template
-from reward_server.model_store import resolve_model
-from reward_server.types import GroupRequest, JudgeMode, ScoreOptions
+from judge.conversation import Judge
+from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
+from judge.model_store import resolve_model
+from judge.protocol import JudgeSettings, load_template
+from reward_server.types import GroupRequest, ScoreOptions
 
 _TOPICS = ["my exam results", "losing my job", "a fight with my sister", "moving to a new city", "my dog dying",
            "money problems", "feeling lonely at university", "my manager's criticism", "a breakup", "insomnia",
@@ -89,7 +91,7 @@ class RecordingEngine(Engine):
 async def raw_engine_phase(model_path: str, sets: list[list[GroupRequest]]) -> tuple[float, list[Any]]:
     """Judge each set once through the protocol (recording), then replay each set's recorded generations on the
     bare engine, set after set (the service later judges the same sets, set after set)."""
-    from reward_server.engines.vllm_engine import VllmEngine
+    from judge.engines.vllm_engine import VllmEngine
 
     inner = VllmEngine(EngineConfig(backend="vllm", model_path=model_path, max_model_len=4096))
     engine = RecordingEngine(inner)

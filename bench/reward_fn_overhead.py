@@ -29,11 +29,11 @@ import httpx
 from bench.common import free_port, percentile, print_table, write_result
 from bench.judge_throughput import make_groups
 from cer.redundancy import reweight
+from judge.model_store import resolve_model
 from policy_trainer.config import LengthUnit
-from policy_trainer.rewards import BatchStats, CompeerReward, RewardSettings
+from policy_trainer.rewards import CompeerReward, RewardBatchStats, RewardSettings
 from reward_server.client import RewardClient
 from reward_server.grpc import convert
-from reward_server.model_store import resolve_model
 from reward_server.proto import pb
 from reward_server.types import GroupRequest
 
@@ -102,13 +102,13 @@ def time_reweight(group_size: int, reps: int) -> float:
 
 
 async def measure(address: str, groups: list[GroupRequest], kwargs: dict[str, Any], warm_calls: int,
-                  group_size: int) -> tuple[BatchStats, list[BatchStats], list[Any]]:
+                  group_size: int) -> tuple[RewardBatchStats, list[RewardBatchStats], list[Any]]:
     settings = RewardSettings(num_generations=group_size, length_unit=LengthUnit.TOKENS, timeout_s=600.0)
     reward = CompeerReward(settings, lambda: RewardClient([address], timeout_s=600.0))
     await reward(**kwargs)  # cold: every candidate judged
     assert reward.last_stats is not None
     cold = reward.last_stats
-    warm: list[BatchStats] = []
+    warm: list[RewardBatchStats] = []
     for _ in range(warm_calls):
         await reward(**kwargs)
         assert reward.last_stats is not None

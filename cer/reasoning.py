@@ -16,7 +16,8 @@ PARTS: tuple[str, ...] = ("analysis", "emotion", "strategy", "response")
 STEP_PARTS: tuple[str, ...] = PARTS[:3]
 RESPONSE_PART = "response"
 
-_TAG = re.compile(r"<(/?)(analysis|emotion|strategy|response)>", re.IGNORECASE)
+#: An opening or closing tag of a part (group 1: "/" for a closing tag, group 2: the part), any letter case.
+TAG = re.compile(r"<(/?)(" + "|".join(PARTS) + r")>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ def render(parts: dict[str, str]) -> str:
     return "\n".join(f"<{p}>{parts[p].strip()}</{p}>" for p in PARTS)
 
 
+def strip_tags(text: str) -> str:
+    """``text`` with every part tag replaced by a space, stripped (the plain text of a malformed output)."""
+    return TAG.sub(" ", text).strip()
+
+
 def parse(text: str) -> ParsedOutput:
     """Parse a candidate's tagged text.
 
@@ -74,7 +80,7 @@ def parse(text: str) -> ParsedOutput:
     format). Nested or duplicated tags make that part malformed, hence missing.
     """
     positions: dict[str, list[tuple[int, int, bool]]] = {p: [] for p in PARTS}
-    for m in _TAG.finditer(text):
+    for m in TAG.finditer(text):
         positions[m.group(2).lower()].append((m.start(), m.end(), m.group(1) == "/"))
     parts: dict[str, str | None] = {}
     last_end = 0
@@ -84,7 +90,7 @@ def parse(text: str) -> ParsedOutput:
         content: str | None = None
         if len(opens) == 1 and len(closes) == 1 and opens[0][1] <= closes[0][0] and opens[0][0] >= last_end:
             inner = text[opens[0][1] : closes[0][0]]
-            if inner.strip() and not _TAG.search(inner):
+            if inner.strip() and not TAG.search(inner):
                 content = inner.strip()
                 last_end = closes[0][1]
         parts[p] = content

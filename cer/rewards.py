@@ -9,8 +9,11 @@ never a made-up score.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from cer.verdicts import Preference
+from cer.modes import JudgeMode
+from cer.reasoning import ParsedOutput
+from cer.verdicts import Preference, favourable
 
 STEP_TRUE, STEP_FALSE = 1.0, -1.0
 PREF_WIN, PREF_LOSE = 1.0, -1.0
@@ -28,7 +31,7 @@ def preference_reward(verdict: Preference | None) -> float | None:
     """+1 if the candidate (shown second) matches or beats the reference, -1 otherwise, None when unknown."""
     if verdict is None:
         return None
-    return PREF_WIN if verdict in (Preference.SECOND, Preference.BOTH_GOOD) else PREF_LOSE
+    return PREF_WIN if favourable(verdict) else PREF_LOSE
 
 
 def format_reward(ok: bool) -> float:
@@ -41,3 +44,30 @@ def total_reward(components: Sequence[float | None]) -> float | None:
     if any(c is None for c in components):
         return None
     return float(sum(c for c in components if c is not None))
+
+
+@dataclass(frozen=True)
+class CandidateRewards:
+    """The reward components of one judged candidate in a mode, and their total (None unless all are known)."""
+
+    steps: list[float | None]  # one per step when the mode judges steps, else empty
+    preference: float | None  # None when the mode judges no preference, or its verdict is unknown
+    format: float
+    total: float | None
+
+
+def candidate_rewards(parsed: ParsedOutput, mode: JudgeMode, step_verdicts: Sequence[bool | None],
+                      preference: Preference | None) -> CandidateRewards:
+    """The rewards of a candidate judged in ``mode`` (``step_verdicts``: one per step, None where unknown).
+
+    A part missing from the candidate was not judged and counts as failed (-1); a judged component without a verdict
+    has no reward and makes the total None."""
+    steps: list[float | None] = []
+    if mode.judges_steps:
+        steps = [STEP_FALSE if parsed.step(i) is None else step_reward(step_verdicts[i]) for i in range(3)]
+    pref: float | None = None
+    if mode.judges_preference:
+        pref = PREF_LOSE if parsed.response is None else preference_reward(preference)
+    fmt = format_reward(parsed.ok)
+    used = steps + ([pref] if mode.judges_preference else [])
+    return CandidateRewards(steps, pref, fmt, total_reward([*used, fmt]))

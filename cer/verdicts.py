@@ -30,6 +30,16 @@ class Preference(str, enum.Enum):
     NEITHER = "neither"
 
 
+#: The preferences under which the candidate's reply (shown second) matches or beats the reference: the outcome is
+#: favourable (the paper's +1 preference reward).
+FAVOURABLE: frozenset[Preference] = frozenset({Preference.SECOND, Preference.BOTH_GOOD})
+
+
+def favourable(preference: Preference) -> bool:
+    """True when the candidate's reply matches or beats the reference (``second`` or ``both_good``)."""
+    return preference in FAVOURABLE
+
+
 STEP_LABELS: tuple[str, ...] = ("True", "False")
 PREFERENCE_LABELS: tuple[str, ...] = tuple(p.value for p in Preference)
 

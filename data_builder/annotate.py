@@ -32,7 +32,7 @@ from cer.reasoning import parse
 from cer.verdicts import Preference, parse_label
 from data_builder.records import GENERATION, JUDGE_ITEM, Record, read_jsonl, read_records, turns_of, write_jsonl
 from data_builder.stage import StageError, StageRun, add_common, limited, progress
-from reward_server.judge import COMPONENTS, PREFERENCE, component_kind, render_history
+from judge.protocol import COMPONENTS, PREFERENCE, component_kind, render_history
 
 Label = bool | str
 LabelSet = dict[str, dict[str, Label]]  # task_id -> component -> label

@@ -16,7 +16,7 @@ from typing import Any
 
 from data_builder import annotate, contrast, emit, generate, ingest, llm_filter, persona, sample, silver
 from data_builder.stage import MANIFEST, StageError, read_manifest, summary_table
-from reward_server.engines.base import EngineError
+from judge.engines.base import EngineError
 
 STAGES = (ingest, llm_filter, sample, generate, silver, annotate, persona, emit, contrast)
 

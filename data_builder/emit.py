@@ -3,7 +3,7 @@
 Layout (``datasets.DatasetDict.save_to_disk``, splits ``train`` and ``heldout``):
 
 - ``OUT/judge_sft/<mode>/`` for mode in unified, prm, orm. Columns: ``messages`` (the judge chat,
-  exactly :func:`reward_server.judge.render_judge_chat` of the item in that mode with its gold verdicts and
+  exactly :func:`judge.protocol.render_judge_chat` of the item in that mode with its gold verdicts and
   rationales), ``dialogue_id``, ``history`` ([{role, text}]), ``reference`` (the reply the judge sees first:
   the original supporter reply, except for silver items built the other way round, see
   :mod:`data_builder.silver`), ``candidate`` (CER tagged text), ``labels`` ({step1, step2, step3: bool,
@@ -29,13 +29,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cer.modes import TRAINED_MODES, JudgeMode
 from cer.policy_prompt import policy_messages
 from cer.reasoning import parse
 from cer.taxonomy import Taxonomy, load_taxonomy
 from cer.verdicts import Preference, Verdict
 from data_builder.records import JUDGE_ITEM, ROUND, Record, base_dialogue_id, read_records, turns_of
 from data_builder.stage import StageRun, add_common, limited, progress, stable_unit
-from reward_server.judge import (
+from judge.protocol import (
     COMPONENTS,
     DEFAULT_TEMPLATE,
     PREFERENCE,
@@ -45,13 +46,12 @@ from reward_server.judge import (
     mode_components,
     render_judge_chat,
 )
-from reward_server.types import JudgeMode
 
 if TYPE_CHECKING:  # datasets is imported when used: it costs ~1.5 s, and the other stages never need it
     from datasets import Dataset, DatasetDict, Features
 
 SPLITS = ("train", "heldout")
-SFT_MODES: tuple[str, ...] = (JudgeMode.UNIFIED.value, JudgeMode.PRM.value, JudgeMode.ORM.value, JudgeMode.REPLY.value)
+SFT_MODES: tuple[str, ...] = tuple(m.value for m in TRAINED_MODES)
 
 
 @lru_cache(maxsize=1)

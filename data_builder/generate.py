@@ -22,7 +22,7 @@ from cer.taxonomy import Taxonomy, load_taxonomy
 from data_builder.llm import LLM, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import GENERATION, ROUND, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageRun, add_common, limited
-from reward_server.engines.base import GenParams
+from judge.engines.base import GenParams
 
 #: Structured-output pattern of a CER output; sent with ``--constrain`` (engines without regex support ignore it).
 CER_REGEX = (r"<analysis>[^<>]{1,600}</analysis>\n<emotion>[^<>]{1,300}</emotion>\n"

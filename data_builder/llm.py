@@ -1,4 +1,5 @@
-"""LLM calls for the stages: any reward-service engine, a disk cache keyed by content hash, bounded retries.
+"""LLM calls for the stages: any judge engine, through the one generate -> validate -> retry -> cache loop
+(:func:`judge.generation.generate_validated`) with a disk cache.
 
 Every call names a validator: the raw text is accepted only when the validator returns a value; otherwise the
 call is re-generated (a new seed, a higher temperature) up to ``max_retries`` times and then recorded as
@@ -11,18 +12,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from data_builder.stage import progress
-from reward_server.engines import BACKENDS, create_engine
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, Message
+from judge.engines import BACKENDS, create_engine
+from judge.engines.base import Engine, EngineConfig, GenParams, Message
+from judge.engines.settings import OpenAISettings
+from judge.generation import DiskCache, RetryPolicy, Validated, generate_validated
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,7 +33,7 @@ R = TypeVar("R")
 
 def default_cache_dir() -> Path:
     """``$COMPEER_CACHE/data_builder/llm`` (``~/.cache/compeer/data_builder/llm`` by default)."""
-    from reward_server.model_store import cache_dir
+    from judge.model_store import cache_dir
 
     return cache_dir() / "data_builder" / "llm"
 
@@ -52,21 +54,6 @@ class LLMSettings:
 
 
 @dataclass
-class Completion(Generic[T]):
-    """The outcome of one validated call: ``value`` is None exactly when every attempt failed validation."""
-
-    value: T | None
-    text: str
-    attempts: int
-    cache_hits: int
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.value is not None
-
-
-@dataclass
 class CallStats:
     """Counts over a stage's calls (reported in its manifest)."""
 
@@ -82,7 +69,7 @@ class CallStats:
 
 
 class LLM:
-    """A cached, validating front for a reward-service engine (``reward_server.engines.create_engine``).
+    """A cached, validating front for a reward-service engine (``judge.engines.create_engine``).
 
     Pass ``engine`` to use an already-built engine (tests use a fake engine this way); otherwise the engine
     is built from ``settings`` on the first cache miss and stopped by :meth:`close`.
@@ -97,6 +84,8 @@ class LLM:
         self.stats = CallStats()
         self.cache_dir = settings.cache_dir or default_cache_dir()
         self.model_id, self.revision = self._identity()
+        self.cache = DiskCache(self.cache_dir, {"model": self.model_id, "revision": self.revision})
+        self.policy = RetryPolicy(max_retries=settings.max_retries, retry_temperature=settings.retry_temperature)
 
     def _identity(self) -> tuple[str, str]:
         if self._engine is not None:
@@ -106,7 +95,7 @@ class LLM:
             if self.settings.model == "default":
                 raise ValueError("--backend openai needs --model <the served model name> (and --base-url)")
             return (self.settings.model, f"openai:{self.settings.base_url or ''}")
-        from reward_server.model_store import resolve_model
+        from judge.model_store import resolve_model
 
         ref = resolve_model(self.settings.model)
         self._model_path = ref.path
@@ -117,8 +106,8 @@ class LLM:
         s = self.settings
         if s.backend == "openai":
             return EngineConfig(backend="openai", model_id=s.model, revision=self.revision, seed=s.seed,
-                                base_url=s.base_url, api_key=os.environ.get(s.api_key_env),
-                                openai_model=s.model)
+                                openai=OpenAISettings(base_url=s.base_url, api_key=os.environ.get(s.api_key_env),
+                                                      model=s.model))
         return EngineConfig(backend=s.backend, model_path=self._model_path, model_id=self.model_id,
                             revision=self.revision, seed=s.seed)
 
@@ -139,75 +128,27 @@ class LLM:
             await self._engine.stop()
             self._started = False
 
-    def _key(self, messages: Sequence[Message], params: GenParams, attempt: int) -> str:
-        payload = {
-            "backend": self.settings.backend if self._own_engine else self._engine.name if self._engine else "",
-            "model": self.model_id,
-            "revision": self.revision,
-            "messages": list(messages),
-            "params": {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-                       "seed": params.seed, "regex": params.regex},
-            "attempt": attempt,
-        }
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
-
-    def _cache_path(self, key: str) -> Path:
-        return self.cache_dir / key[:2] / f"{key}.json"
-
-    def _cache_get(self, key: str) -> str | None:
-        p = self._cache_path(key)
-        if not p.exists():
-            return None
-        try:
-            return str(json.loads(p.read_text(encoding="utf-8"))["text"])
-        except (json.JSONDecodeError, KeyError, OSError) as exc:
-            log.warning("ignoring unreadable LLM cache entry %s: %s", p.name, exc)
-            return None
-
-    def _cache_put(self, key: str, text: str) -> None:
-        p = self._cache_path(key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"model": self.model_id, "revision": self.revision, "text": text},
-                                  ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, p)
+    def identity(self) -> dict[str, str]:
+        """Which model answers (part of every cache key): backend, model id and revision."""
+        backend = self.settings.backend if self._own_engine else self._engine.name if self._engine else ""
+        return {"backend": backend, "model": self.model_id, "revision": self.revision}
 
     async def complete(self, messages: Sequence[Message], params: GenParams, validate: Callable[[str], T | None],
-                       request_id: str) -> Completion[T]:
-        """Generate until ``validate`` accepts the text (at most ``1 + max_retries`` attempts)."""
+                       request_id: str) -> Validated[T]:
+        """Generate until ``validate`` accepts the text (at most ``1 + max_retries`` attempts, each cached)."""
         self.stats.calls += 1
-        text, hits = "", 0
-        seed = params.seed if params.seed is not None else self.settings.seed
-        for attempt in range(self.settings.max_retries + 1):
-            p = params if attempt == 0 else GenParams(
-                max_tokens=params.max_tokens, temperature=max(params.temperature, self.settings.retry_temperature),
-                top_p=params.top_p, seed=seed + attempt, regex=params.regex)
-            if attempt == 0 and p.seed is None:
-                p = GenParams(p.max_tokens, p.temperature, p.top_p, seed, p.regex)
-            key = self._key(messages, p, attempt)
-            cached = self._cache_get(key)
-            if cached is not None:
-                text = cached
-                hits += 1
-                self.stats.cache_hits += 1
-            else:
-                engine = await self._get_engine()
-                try:
-                    result = await engine.generate(list(messages), p, request_id=f"{request_id}-a{attempt}")
-                except EngineError as exc:
-                    self.stats.engine_errors += 1
-                    self.stats.failed += 1
-                    return Completion(None, text, attempt + 1, hits, error=f"engine_error: {exc}")
-                text = result.text
-                self.stats.generations += 1
-                self._cache_put(key, text)
-            if attempt > 0:
-                self.stats.retries += 1
-            value = validate(text)
-            if value is not None:
-                return Completion(value, text, attempt + 1, hits)
-        self.stats.failed += 1
-        return Completion(None, text, self.settings.max_retries + 1, hits, error="invalid_format")
+        seeded = params if params.seed is not None else dataclasses.replace(params, seed=self.settings.seed)
+        result = await generate_validated(self._get_engine, messages, seeded, validate, self.policy, request_id,
+                                          cache=self.cache, identity=self.identity())
+        answered = result.attempts - (1 if result.engine_error is not None else 0)  # attempts that got a text
+        self.stats.generations += result.generations
+        self.stats.cache_hits += result.cache_hits
+        self.stats.retries += max(0, answered - 1)
+        if result.engine_error is not None:
+            self.stats.engine_errors += 1
+        if not result.ok:
+            self.stats.failed += 1
+        return result
 
 
 async def map_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]], concurrency: int, desc: str) -> list[R]:
@@ -260,5 +201,5 @@ def default_llm_factory(settings: LLMSettings) -> LLM:
     return LLM(settings)
 
 
-__all__ = ["LLM", "CallStats", "Completion", "LLMSettings", "add_llm_options", "default_llm_factory",
+__all__ = ["LLM", "CallStats", "LLMSettings", "add_llm_options", "default_llm_factory",
            "map_bounded", "settings_from_args"]

@@ -20,8 +20,8 @@ from cer.dialogue import Turn
 from data_builder.llm import LLM, LLMSettings, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import DIALOGUE, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageRun, add_common, limited
-from reward_server.engines.base import GenParams, Message
-from reward_server.judge import render_history
+from judge.engines.base import GenParams, Message
+from judge.protocol import render_history
 
 LABELS = ("clean", "incoherent", "machine_style", "non_dialogue")
 _LABEL = re.compile(r"^[ \t*#>-]*label[ \t*]*:[ \t*]*([A-Za-z_ -]+?)[ \t*.]*$", re.IGNORECASE | re.MULTILINE)

@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from cer.reasoning import TAG
 from data_builder.llm import LLM, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import DIALOGUE, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageError, StageRun, add_common, limited, stable_seed
-from reward_server.engines.base import GenParams, Message
-from reward_server.judge import render_history
+from judge.engines.base import GenParams, Message
+from judge.protocol import render_history
 
 DISC_TRAITS = ("Dominance", "Influence", "Steadiness", "Compliance")
 _LEVELS = {"low": "low", "medium": "medium", "moderate": "medium", "mid": "medium", "high": "high",
@@ -54,7 +55,7 @@ DISC_ASK = (
     "Summary: one sentence on how this person talks and behaves."
 )
 _ARTIFACTS = [re.compile(p, re.IGNORECASE) for p in (
-    r"^\s*(seeker|supporter|user|assistant|speaker|listener)\s*[:：]", r"</?(analysis|emotion|strategy|response)>",
+    r"^\s*(seeker|supporter|user|assistant|speaker|listener)\s*[:：]", TAG.pattern,
     r"\bas an ai\b", r"\blanguage model\b", r"\bhere('s| is) (the|a|your) (rewritten|rephrased|revised)",
     r"\brewritten (message|version|text)\b", r"\b(disc|persona|personality profile)\b", r"^\s*(sure|certainly)[,!.]",
     r"作为(一个)?(人工智能|AI|语言模型)", r"以下是", r"改写(后|如下)", r"人格画像")]
@@ -168,7 +169,7 @@ class Embedder:
     def __init__(self, path: str | None) -> None:
         from sentence_transformers import SentenceTransformer
 
-        from reward_server.model_store import default_embedding_path
+        from judge.model_store import default_embedding_path
 
         self.model = SentenceTransformer(path or default_embedding_path(), device="cpu")
 

@@ -19,25 +19,12 @@ from typing import Any
 import yaml
 from trl import GRPOConfig
 
+from cer.modes import RewardJudgeMode
 from cer.redundancy import RedundancyMode
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 # host:port, [v6]:port, or a gRPC dns target ("dns:///reward-headless:50051": round-robin over every pod behind it)
 _ADDRESS = re.compile(r"^(dns:(//[A-Za-z0-9_.:-]*)?/)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
-
-
-class RewardJudgeMode(str, enum.Enum):
-    """How the trainer asks the reward service to judge.
-
-    ``unified``: UnifiReward's multi-turn judge (steps 1-3 then the reply), the paper's UR/URP.
-    ``single_pass``: one judge generation for all four components.
-    ``prm_orm``: the paper's POR ablation: two calls on the same server, mode ``prm`` (steps) and mode ``orm``
-    (reply preference); the reward is steps + preference + format.
-    """
-
-    UNIFIED = "unified"
-    SINGLE_PASS = "single_pass"
-    PRM_ORM = "prm_orm"
 
 
 class LengthUnit(str, enum.Enum):

@@ -21,15 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode, RewardJudgeMode
 from cer.redundancy import RedundancyMode, reweight
-from policy_trainer.config import CompeerGRPOConfig, LengthUnit, RewardJudgeMode
+from cer.rewards import total_reward
+from policy_trainer.config import CompeerGRPOConfig, LengthUnit
 from reward_server.client import RewardCallError
 from reward_server.types import (
     CandidateResult,
     ErrorInfo,
     GroupRequest,
     GroupResponse,
-    JudgeMode,
     ScoreOptions,
     Status,
 )
@@ -92,7 +93,7 @@ class ItemScore:
 
 
 @dataclass
-class BatchStats:
+class RewardBatchStats:
     """What one call of the reward function measured; also logged as ``compeer/<name>`` metrics."""
 
     items: int = 0
@@ -178,12 +179,6 @@ def _history(raw: Any) -> list[Turn]:
     return [t if isinstance(t, Turn) else Turn.from_dict(t) for t in raw]
 
 
-def _total_of(parts: list[float | None]) -> float | None:
-    if any(p is None for p in parts):
-        return None
-    return float(sum(p for p in parts if p is not None))
-
-
 class CompeerReward:
     """Async reward function for ``GRPOTrainer(reward_funcs=[...])``; logged by TRL as ``rewards/compeer``.
 
@@ -200,7 +195,7 @@ class CompeerReward:
         self._factory = client_factory
         self._client: ScoringClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.last_stats: BatchStats | None = None
+        self.last_stats: RewardBatchStats | None = None
         self.total_call_failures = 0
 
     # ---- client lifecycle ------------------------------------------------------------------------------------
@@ -228,7 +223,7 @@ class CompeerReward:
         refs: list[Any] = list(reference) if reference is not None else [None] * n
         groups = split_groups(n, self.settings.num_generations, history, refs)
         texts = [completion_text(c) for c in completions]
-        stats = BatchStats(items=n, groups=len(groups))
+        stats = RewardBatchStats(items=n, groups=len(groups))
         requests = [GroupRequest(history=_history(history[g[0]]), reference=refs[g[0]],
                                  candidates=[texts[i] for i in g]) for g in groups]
         scores = await self._score(requests, stats)
@@ -256,7 +251,7 @@ class CompeerReward:
             return [float(len(ids)) for ids in completion_ids]
         return [float(len(t.split())) for t in texts]
 
-    async def _call(self, requests: list[GroupRequest], stats: BatchStats) -> list[GroupResponse | ErrorInfo] | None:
+    async def _call(self, requests: list[GroupRequest], stats: RewardBatchStats) -> list[GroupResponse | ErrorInfo] | None:
         """One ScoreBatch RPC, bounded; None when it failed (counted in ``stats``)."""
         client = self._client_for_loop()
         timeout = self.settings.timeout_s
@@ -278,7 +273,7 @@ class CompeerReward:
         finally:
             stats.rpc_s += time.perf_counter() - t0
 
-    async def _score(self, groups: list[GroupRequest], stats: BatchStats) -> list[list[ItemScore]]:
+    async def _score(self, groups: list[GroupRequest], stats: RewardBatchStats) -> list[list[ItemScore]]:
         mode = self.settings.judge_mode
         similarity = self.settings.redundancy_mode is not RedundancyMode.OFF
         if mode is RewardJudgeMode.PRM_ORM:
@@ -287,11 +282,11 @@ class CompeerReward:
             prm, orm = await asyncio.gather(self._call(prm_req, stats), self._call(orm_req, stats))
             return [_combine_prm_orm(p, o, len(g.candidates), stats)
                     for g, p, o in zip(groups, _outcomes(prm, len(groups)), _outcomes(orm, len(groups)))]
-        judge = JudgeMode.SINGLE_PASS if mode is RewardJudgeMode.SINGLE_PASS else JudgeMode.UNIFIED
+        (judge,) = mode.judge_modes
         reply = await self._call([_with_options(g, judge, similarity) for g in groups], stats)
         return [_single(o, len(g.candidates), stats) for g, o in zip(groups, _outcomes(reply, len(groups)))]
 
-    def _reweight_group(self, scores: list[ItemScore], lengths: list[float], stats: BatchStats) -> list[float | None]:
+    def _reweight_group(self, scores: list[ItemScore], lengths: list[float], stats: RewardBatchStats) -> list[float | None]:
         raw = [s.total for s in scores]
         for s in scores:
             if s.total is not None:
@@ -346,7 +341,7 @@ def _outcomes(reply: list[GroupResponse | ErrorInfo] | None, n_groups: int) -> l
 
 
 def _group_results(outcome: GroupResponse | ErrorInfo | None, size: int,
-                   stats: BatchStats) -> list[CandidateResult] | None:
+                   stats: RewardBatchStats) -> list[CandidateResult] | None:
     if outcome is None:
         return None
     if isinstance(outcome, ErrorInfo):
@@ -364,7 +359,7 @@ def _similarity(r: CandidateResult) -> tuple[float | None, float | None]:
     return (r.similarity.s_in, r.similarity.s_hi) if r.similarity is not None else (None, None)
 
 
-def _single(outcome: GroupResponse | ErrorInfo | None, size: int, stats: BatchStats) -> list[ItemScore]:
+def _single(outcome: GroupResponse | ErrorInfo | None, size: int, stats: RewardBatchStats) -> list[ItemScore]:
     results = _group_results(outcome, size, stats)
     if results is None:
         return [ItemScore() for _ in range(size)]
@@ -379,7 +374,7 @@ def _single(outcome: GroupResponse | ErrorInfo | None, size: int, stats: BatchSt
 
 
 def _combine_prm_orm(prm: GroupResponse | ErrorInfo | None, orm: GroupResponse | ErrorInfo | None, size: int,
-                     stats: BatchStats) -> list[ItemScore]:
+                     stats: RewardBatchStats) -> list[ItemScore]:
     """POR: steps (mode prm) + preference (mode orm) + format, None unless both calls scored the item."""
     p_res = _group_results(prm, size, stats)
     o_res = _group_results(orm, size, stats)
@@ -388,7 +383,7 @@ def _combine_prm_orm(prm: GroupResponse | ErrorInfo | None, orm: GroupResponse |
     items = []
     for p, o in zip(p_res, o_res):
         status = p.status if p.status is not Status.OK else o.status
-        total = _total_of([*p.rewards.steps, o.rewards.preference, p.rewards.format]) if status is Status.OK else None
+        total = total_reward([*p.rewards.steps, o.rewards.preference, p.rewards.format]) if status is Status.OK else None
         s_in, s_hi = _similarity(p)
         items.append(ItemScore(total=total, steps=list(p.rewards.steps), preference=o.rewards.preference,
                                format=p.rewards.format, status=status, s_in=s_in, s_hi=s_hi))

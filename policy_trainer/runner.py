@@ -16,13 +16,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
+from judge.model_store import resolve_model
 from policy_trainer.config import CompeerGRPOConfig
 from policy_trainer.data import load_prompt_set
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
 from reward_server.client import RewardClient
-from reward_server.model_store import resolve_model
 
 log = logging.getLogger(__name__)
 FINAL_DIR = "final"

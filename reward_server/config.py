@@ -1,46 +1,56 @@
-"""Server configuration: one dataclass, validated once, built by the CLI from flags and environment."""
+"""Server configuration: one dataclass, validated once. ``compeer-reward serve``'s flags and environment names are
+generated from its fields (and those of the nested engine, judge and limit settings) by :mod:`judge.settings`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from reward_server.engines import BACKENDS
-from reward_server.engines.base import EngineConfig
-from reward_server.judge import DEFAULT_TEMPLATE, JudgeSettings
-from reward_server.types import JudgeMode, Limits
+from cer.modes import JudgeMode
+from judge.engines.base import BACKENDS, EngineConfig
+from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
+from judge.settings import nested, setting
+from reward_server.types import SCORE_MODES, Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclass
 class ServerConfig:
     """Everything ``compeer-reward serve`` can be told. ``validate`` raises ValueError naming the remedy."""
 
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    model: str = "default"  # "default" (embedded SmolLM2) or an HF folder
-    host: str = "0.0.0.0"
-    grpc_port: int = 50051
-    http_port: int = 8000
-    redis_url: str | None = None
-    cache: str = "auto"  # auto: redis when redis_url is set, else memory
-    cache_ttl_s: float = 86_400.0
-    cache_max_entries: int = 100_000
-    template: str = DEFAULT_TEMPLATE
-    taxonomy: str | None = None
-    default_mode: JudgeMode = JudgeMode.UNIFIED
-    judge: JudgeSettings = field(default_factory=JudgeSettings)
-    limits: Limits = field(default_factory=Limits)
-    judge_timeout_s: float = 120.0  # per candidate; past it the candidate's status is "timeout"
-    default_timeout_s: float = 300.0  # per request when neither the caller nor the transport sets a deadline
-    embedding_model: str = "default"  # "default" (all-MiniLM-L6-v2 wheel), an HF folder, or "off"
-    max_in_flight_groups: int = 64  # groups judged at once; more wait (counted in queue_ms)
-    shutdown_grace_s: float = 30.0  # on SIGTERM, in-flight gRPC calls get this long to finish
+    engine: EngineConfig = nested(EngineConfig, help="engine")
+    model: str = setting("default", help="'default' (embedded SmolLM2-135M-Instruct) or a local HF folder")
+    host: str = setting("0.0.0.0", help="address both fronts listen on")
+    grpc_port: int = setting(50051, help="gRPC port (0 picks a free port)")
+    http_port: int = setting(8000, help="HTTP port (0 picks a free port)")
+    redis_url: str | None = setting(None, env="REDIS_URL", help="Redis result cache, e.g. redis://127.0.0.1:6379/0")
+    cache: str = setting("auto", choices=CACHE_KINDS, env="COMPEER_CACHE_KIND",
+                         help="result cache: auto = redis when a URL is set, else in-process memory")
+    cache_ttl_s: float = setting(86_400.0, help="result cache entry lifetime in seconds")
+    cache_max_entries: int = setting(100_000, help="in-process result cache size (entries)")
+    template: str = setting(DEFAULT_TEMPLATE, help="judge template: a packaged version or a YAML path")
+    taxonomy: str | None = setting(None, help="strategy taxonomy YAML (none: ESConv's eight)")
+    default_mode: JudgeMode = setting(JudgeMode.UNIFIED, choices=[m.value for m in SCORE_MODES],
+                                      help="judge mode of a request that names none")
+    judge: JudgeSettings = nested(JudgeSettings, help="judge sampling and retries")
+    limits: Limits = nested(Limits, help="request limits")
+    judge_timeout_s: float = setting(120.0, help="per-candidate judge limit in seconds (past it: status timeout)")
+    default_timeout_s: float = setting(300.0, help="per-request limit when neither the caller nor the transport "
+                                                   "sets a deadline")
+    embedding_model: str = setting("default", help="similarity embeddings: 'default' (all-MiniLM-L6-v2 wheel), an "
+                                                   "HF folder, or 'off'")
+    max_in_flight_groups: int = setting(64, help="groups judged at once; more wait (counted in queue_ms)")
+    shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
+                                                 "cancelled")
+    log_level: str = setting("INFO", help="log level, any case: DEBUG | INFO | WARNING | ERROR (dialogue text is "
+                                          "logged at DEBUG only)")
 
     def validate(self) -> ServerConfig:
         e = self.engine
         if e.backend not in BACKENDS:
             raise ValueError(f"backend {e.backend!r}: expected one of {', '.join(BACKENDS)}")
-        if e.backend == "openai" and not e.base_url:
+        if e.backend == "openai" and not e.openai.base_url:
             raise ValueError("backend 'openai' needs --openai-base-url (an OpenAI-compatible /v1 endpoint)")
         for name, port in (("grpc_port", self.grpc_port), ("http_port", self.http_port)):
             if not 0 <= port <= 65535:
@@ -51,17 +61,27 @@ class ServerConfig:
             raise ValueError(f"cache {self.cache!r}: expected one of {', '.join(CACHE_KINDS)}")
         if self.cache == "redis" and not self.redis_url:
             raise ValueError("cache 'redis' needs REDIS_URL / --redis-url (e.g. redis://127.0.0.1:6379/0)")
+        if self.cache_max_entries < 1 or self.cache_ttl_s <= 0:
+            raise ValueError("cache_max_entries must be >= 1 and cache_ttl_s > 0 seconds")
         j = self.judge
         if j.max_retries < 0 or j.max_retries > 10:
             raise ValueError(f"judge max_retries {j.max_retries}: expected 0-10")
         if j.temperature < 0 or j.retry_temperature < 0:
             raise ValueError("judge temperatures must be >= 0")
+        if not 0.0 < j.top_p <= 1.0:
+            raise ValueError(f"judge top_p {j.top_p}: expected a value in (0, 1]")
         if j.max_tokens_per_component < 8:
             raise ValueError(f"max_tokens_per_component {j.max_tokens_per_component}: expected >= 8")
+        if j.rationale_max_chars < 1:
+            raise ValueError(f"rationale_max_chars {j.rationale_max_chars}: expected >= 1")
         if self.limits.max_candidates < 1 or self.limits.max_groups < 1:
             raise ValueError("limits max_candidates and max_groups must be >= 1")
         if self.judge_timeout_s <= 0 or self.default_timeout_s <= 0:
             raise ValueError("judge_timeout_s and default_timeout_s must be > 0 seconds")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"log_level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+        if self.max_in_flight_groups < 1:
+            raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1")
         return self
 
     @property

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,17 +15,19 @@ import numpy as np
 
 from cer import rewards
 from cer.dialogue import Turn
-from cer.reasoning import ParsedOutput, parse
+from cer.modes import JudgeMode
+from cer.reasoning import ParsedOutput, parse, strip_tags
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, Verdict, parse_label
+from judge.conversation import CandidateJudgment, Judge
+from judge.engines.base import Engine, EngineError
+from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, load_template
 from reward_server import __version__
 from reward_server.cache import KeyContext, ResultCache, cache_key
 from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
-from reward_server.engines.base import Engine, EngineError
 from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, ServiceError
-from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, CandidateJudgment, Judge, load_template
 from reward_server.metrics import Metrics
 from reward_server.types import (
     SCORE_MODES,
@@ -37,7 +38,6 @@ from reward_server.types import (
     GroupRequest,
     GroupResponse,
     InfoResponse,
-    JudgeMode,
     PreferenceResult,
     Rewards,
     SamplingInfo,
@@ -48,7 +48,6 @@ from reward_server.types import (
 from reward_server.validation import candidate_error, validate_group
 
 log = logging.getLogger(__name__)
-_TAGS = re.compile(r"</?(analysis|emotion|strategy|response)>", re.IGNORECASE)
 
 
 @dataclass
@@ -82,7 +81,7 @@ def _judgment_from_record(rec: dict[str, Any]) -> CandidateJudgment:
 def reply_text(candidate: str, parsed: ParsedOutput) -> str:
     """The text similarities are computed on: the reply part, or the whole candidate without tags when the
     reply part is missing (documented in docs/reward_server.md)."""
-    return parsed.response if parsed.response is not None else _TAGS.sub(" ", candidate).strip()
+    return parsed.response if parsed.response is not None else strip_tags(candidate)
 
 
 def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> CandidateResult:
@@ -92,31 +91,20 @@ def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> Candid
     """
     j = outcome.judgment or CandidateJudgment()
     steps: list[StepResult] = []
-    step_rewards: list[float | None] = []
     if mode.judges_steps:
         for i, c in enumerate(STEP_COMPONENTS):
-            if parsed.step(i) is None:
-                steps.append(StepResult(verdict=None, valid=True, judged=False))
-                step_rewards.append(rewards.STEP_FALSE)
-            else:
-                v = j.verdicts.get(c)
-                b = v if isinstance(v, bool) else None
-                steps.append(StepResult(verdict=b, valid=b is not None, judged=c in j.judged))
-                step_rewards.append(rewards.step_reward(b))
+            v = j.verdicts.get(c)
+            b = v if isinstance(v, bool) else None
+            steps.append(StepResult(verdict=None, valid=True, judged=False) if parsed.step(i) is None
+                         else StepResult(verdict=b, valid=b is not None, judged=c in j.judged))
     preference: PreferenceResult | None = None
-    pref_reward: float | None = None
+    p = j.verdicts.get(PREFERENCE)
+    p = p if isinstance(p, Preference) else None
     if mode.judges_preference:
-        if parsed.response is None:
-            preference = PreferenceResult(verdict=None, valid=True, judged=False)
-            pref_reward = rewards.PREF_LOSE
-        else:
-            v = j.verdicts.get(PREFERENCE)
-            p = v if isinstance(v, Preference) else None
-            preference = PreferenceResult(verdict=p, valid=p is not None, judged=PREFERENCE in j.judged)
-            pref_reward = rewards.preference_reward(p)
-    fmt = rewards.format_reward(parsed.ok)
-    used = step_rewards + ([pref_reward] if mode.judges_preference else [])
-    total = rewards.total_reward(used + [fmt])
+        preference = PreferenceResult(verdict=None, valid=True, judged=False) if parsed.response is None \
+            else PreferenceResult(verdict=p, valid=p is not None, judged=PREFERENCE in j.judged)
+    r = rewards.candidate_rewards(parsed, mode, [s.verdict for s in steps] if steps else [], p)
+    total = r.total
     status = outcome.status
     if status is Status.OK and total is None:
         status = Status.PARSE_FAILED
@@ -124,7 +112,7 @@ def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> Candid
         total = None
     return CandidateResult(status=status, steps=steps, preference=preference,
                            format=FormatResult(ok=parsed.ok, missing=list(parsed.missing)),
-                           rewards=Rewards(steps=step_rewards, preference=pref_reward, format=fmt, total=total),
+                           rewards=Rewards(steps=r.steps, preference=r.preference, format=r.format, total=total),
                            judgment=list(j.texts), cache_hit=outcome.cache_hit, error=outcome.error)
 
 
@@ -162,7 +150,10 @@ class RewardCore:
         self._key_ctx = KeyContext(model=config.engine.model_id, revision=config.engine.revision,
                                    adapter=config.engine.adapter_id or config.engine.adapter,
                                    template_version=self.template.version,
-                                   sampling=self.sampling.to_json())
+                                   # the reported sampling, plus what else changes a judgment: the retries'
+                                   # temperature and the rationale bound of the verdict grammar
+                                   sampling={**self.sampling.to_json(), "retry_temperature": s.retry_temperature,
+                                             "rationale_max_chars": s.rationale_max_chars})
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:

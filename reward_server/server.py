@@ -19,15 +19,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from judge.device import dtype_name, resolve_device_dtype
+from judge.engines import create_engine
+from judge.model_store import NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.embeddings import Embedder, SentenceEmbedder
-from reward_server.engines import create_engine
 from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
 from reward_server.http.app import create_app
 from reward_server.metrics import Metrics
-from reward_server.model_store import NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
 
 log = logging.getLogger(__name__)
 DEFAULT_EMBEDDING_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -63,16 +64,17 @@ async def build_core(config: ServerConfig) -> RewardCore:
     """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
     config.validate()
     if config.engine.backend != "openai":
-        dtype = "float32" if config.engine.device in ("auto", "cpu") else "bfloat16"
+        _, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
         # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
-        ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter, dtype)
+        ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter,
+                                                       dtype_name(dtype))
         config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision,
                                 adapter=runtime_adapter,
                                 adapter_id=ref.adapter or (adapter_id(runtime_adapter) if runtime_adapter else None))
     else:
         if config.engine.adapter not in (None, NO_ADAPTER):
             raise ValueError("--adapter: the openai backend serves whatever the remote endpoint serves; leave it out")
-        name = config.engine.openai_model or config.model
+        name = config.engine.openai.model or config.model
         config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote", adapter=None)
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)

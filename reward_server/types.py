@@ -11,30 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.verdicts import Preference
-
-
-class JudgeMode(str, enum.Enum):
-    """How a candidate is judged (see DESIGN.md, UnifiReward)."""
-
-    UNIFIED = "unified"  # 4 rounds: steps 1-3, then reference vs candidate reply
-    SINGLE_PASS = "single_pass"  # one generation judges every component
-    PRM = "prm"  # steps only
-    ORM = "orm"  # reply preference only
-    REPLY = "reply"  # a plain reply judged point-wise (True | False), no reasoning parts, no reference
-
-    @property
-    def judges_steps(self) -> bool:
-        return self in (JudgeMode.UNIFIED, JudgeMode.SINGLE_PASS, JudgeMode.PRM)
-
-    @property
-    def judges_preference(self) -> bool:
-        return self in (JudgeMode.UNIFIED, JudgeMode.SINGLE_PASS, JudgeMode.ORM)
-
-    @property
-    def judges_reply(self) -> bool:
-        return self is JudgeMode.REPLY
-
+from judge.settings import setting
 
 #: The modes ScoreGroup / ScoreBatch serve (``reply`` results have no wire shape there yet).
 SCORE_MODES: tuple[JudgeMode, ...] = tuple(m for m in JudgeMode if not m.judges_reply)
@@ -212,11 +191,11 @@ class GroupResponse:
 class Limits:
     """Request limits, enforced by the core for both fronts and reported by Info."""
 
-    max_candidates: int = 64
-    max_groups: int = 256
-    max_history_turns: int = 64
-    max_text_chars: int = 8000
-    max_timeout_ms: int = 600_000
+    max_candidates: int = setting(64, help="candidates per group")
+    max_groups: int = setting(256, help="groups per batch request")
+    max_history_turns: int = setting(64, help="history turns per group")
+    max_text_chars: int = setting(8000, help="characters per history turn, reference or candidate")
+    max_timeout_ms: int = setting(600_000, help="the longest options.timeout_ms a request may ask for")
 
     def to_json(self) -> dict[str, int]:
         return {"max_candidates": self.max_candidates, "max_groups": self.max_groups,

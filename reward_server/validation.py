@@ -6,8 +6,9 @@ its own ``invalid_input`` result, so nothing else in the group or the batch is l
 
 from __future__ import annotations
 
+from cer.modes import JudgeMode
 from reward_server.errors import InvalidArgument
-from reward_server.types import SCORE_MODES, ErrorInfo, GroupRequest, JudgeMode, Limits
+from reward_server.types import SCORE_MODES, ErrorInfo, GroupRequest, Limits
 
 
 def _too_long(text: str, limits: Limits, field: str) -> InvalidArgument | None:

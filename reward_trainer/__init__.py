@@ -1,12 +1,14 @@
 """UnifiReward training and measurement: judge SFT (unified, PRM-only, ORM-only) with TRL + PEFT LoRA,
-held-out evaluation through the serving judge (:class:`reward_server.judge.Judge`), the process/outcome
+held-out evaluation through the serving judge (:class:`judge.conversation.Judge`), the process/outcome
 inconsistency audit (paper Fig. 5a) and the duplicate / rewrite / persona ablation.
 
 Heavy imports (torch, transformers, trl, peft, datasets, sklearn, matplotlib) happen inside the functions that
 need them, so importing this package is cheap.
 """
 
-#: Judge variants = the serving modes a judge is trained for (``reply``: the point-wise plain-reply mode).
-VARIANTS: tuple[str, ...] = ("unified", "prm", "orm", "reply")
+from cer.modes import TRAINED_MODES
+
+#: The judge variants this package trains and evaluates, by mode name (:data:`cer.modes.TRAINED_MODES`).
+VARIANTS: tuple[str, ...] = tuple(m.value for m in TRAINED_MODES)
 
 __all__ = ["VARIANTS"]

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reward_server.judge import DEFAULT_TEMPLATE
+from judge.protocol import DEFAULT_TEMPLATE
 from reward_trainer import VARIANTS
 
 COMMANDS = ("judge", "judge-eval", "judge-contrast", "judge-ablation")
@@ -104,7 +104,7 @@ def parse_adapters(values: list[str]) -> dict[str, str]:
 
 def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
     """EvalOptions from the shared judging flags."""
-    from reward_server.judge import JudgeSettings
+    from judge.protocol import JudgeSettings
     from reward_trainer.evaluate import EvalOptions
     from reward_trainer.predict import JudgeRuntime
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from trl import SFTConfig
 
-from reward_server.judge import DEFAULT_TEMPLATE
+from judge.protocol import DEFAULT_TEMPLATE
 from reward_trainer import VARIANTS
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -55,12 +55,12 @@ class JudgeSFTConfig(SFTConfig):
     )
     model_dtype: str = field(
         default="auto",
-        metadata={"help": "dtype the base model is loaded in: 'auto' (bfloat16 on CUDA, float32 on CPU), "
-                          "'float32' or 'bfloat16'."},
+        metadata={"help": "dtype the base model is loaded in: 'auto' (judge.device: bfloat16 on CUDA, float16 on a GPU "
+                          "without bfloat16, float32 on CPU), 'float32', 'bfloat16' or 'float16'."},
     )
     template: str = field(
         default=DEFAULT_TEMPLATE,
-        metadata={"help": "Judge template version (reward_server/templates) the SFT set must have been rendered "
+        metadata={"help": "Judge template version (judge/templates) the SFT set must have been rendered "
                           "with; the serving judge uses the same one."},
     )
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})

@@ -1,9 +1,9 @@
 """Reward AUC: does the service's total reward rank a real supporter turn above each kind of negative?
 
 Input: ``compeer-data contrast`` groups (a real turn with correct reasoning and one candidate per kind of
-negative, see :mod:`data_builder.contrast`). Every group is scored through the service's own core
-(:class:`reward_server.core.RewardCore`: validation, judge, reward rules; no cache, no embeddings) in unified mode,
-once per reference: ``gold`` (the real turn, as GRPO sends it) and ``other_round`` (the reply of another round, so
+negative, see :mod:`data_builder.contrast`). Every candidate is judged by the serving judge
+(:class:`judge.conversation.Judge`) in unified mode and rewarded by the service's rules
+(:func:`cer.rewards.candidate_rewards`, what the service's ``total`` is), once per reference: ``gold`` (the real turn, as GRPO sends it) and ``other_round`` (the reply of another round, so
 no candidate repeats the reference). Per judge, reference and kind: the AUC of the total reward, positive vs
 negative (ties count half), and the within-group win / tie / loss shares. A candidate whose total is null
 (parse failure, timeout) is counted as unscored and left out of the AUC, never given a score.
@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from cer.dialogue import Turn
-from data_builder.contrast import NEGATIVE_KINDS
+from cer.modes import JudgeMode
+from cer.reasoning import parse
+from cer.verdicts import Preference
 from data_builder.records import read_jsonl
-from reward_trainer.predict import JudgeRuntime, model_ref
+from judge.engines.base import EngineError
+from judge.protocol import PREFERENCE, STEP_COMPONENTS
+from reward_trainer.predict import JudgeRuntime, make_judge, open_engine
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +57,17 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def negative_kinds(totals: list[dict[str, float | None]]) -> list[str]:
+    """The kinds of negative present in the groups, in first-seen order."""
+    return list(dict.fromkeys(k for t in totals for k in t if k != POSITIVE))
+
+
 def summarise(totals: list[dict[str, float | None]]) -> dict[str, Any]:
     """Per negative kind: AUC, within-group win/tie/loss shares and unscored counts, from per-group totals."""
     pos = [p for t in totals if (p := t.get(POSITIVE)) is not None]
     out: dict[str, Any] = {"groups": len(totals), "positive_unscored": len(totals) - len(pos),
-                           "positive_mean_total": _mean(pos)}
-    for kind in NEGATIVE_KINDS:
+                           "positive_mean_total": _mean(pos), "kinds": negative_kinds(totals)}
+    for kind in out["kinds"]:
         present = [t for t in totals if kind in t]
         neg = [n for t in present if (n := t[kind]) is not None]
         pairs = [(p, n) for t in present if (p := t.get(POSITIVE)) is not None and (n := t[kind]) is not None]
@@ -75,42 +84,37 @@ def summarise(totals: list[dict[str, float | None]]) -> dict[str, Any]:
 
 async def _score_judge(options: ContrastOptions, adapter: str | None,
                        groups: list[dict[str, Any]]) -> dict[str, list[dict[str, float | None]]]:
-    from reward_server.cache import NoCache
-    from reward_server.config import ServerConfig
-    from reward_server.core import RewardCore
-    from reward_server.engines import create_engine
-    from reward_server.engines.base import EngineConfig
-    from reward_server.types import GroupRequest, JudgeMode, Limits, ScoreOptions
+    from cer.rewards import candidate_rewards
 
     rt = options.runtime
-    ref = model_ref(rt)
-    engine_cfg = EngineConfig(backend=rt.backend, model_path=ref.path, model_id=ref.model_id, revision=ref.revision,
-                              adapter=adapter, device=rt.device, max_batch=rt.max_batch)
-    config = ServerConfig(engine=engine_cfg, template=rt.template, taxonomy=rt.taxonomy, judge=rt.settings,
-                          embedding_model="off", limits=Limits(max_history_turns=100_000, max_text_chars=100_000),
-                          max_in_flight_groups=max(1, rt.concurrency),
-                          # offline measurement: a slow engine must not turn into unscored candidates
-                          judge_timeout_s=86_400.0, default_timeout_s=86_400.0).validate()
-    core = RewardCore(config, create_engine(engine_cfg), None, NoCache())
-    await core.start()
     gate = asyncio.Semaphore(max(1, rt.concurrency))
-    try:
-        async def one(g: dict[str, Any], reference: str) -> dict[str, float | None]:
-            kinds = list(g["candidates"])
-            req = GroupRequest(history=[Turn.from_dict(t) for t in g["history"]], reference=reference,
-                               candidates=[g["candidates"][k] for k in kinds],
-                               options=ScoreOptions(mode=JudgeMode.UNIFIED, include_similarity=False))
+    async with open_engine(rt, adapter) as engine:
+        judge = make_judge(engine, rt)
+
+        async def total(history: list[Turn], reference: str, candidate: str) -> float | None:
+            parsed = parse(candidate)
             async with gate:
-                res = await core.score_group(req)
-            return {k: r.rewards.total for k, r in zip(kinds, res.results)}
+                try:
+                    j = await judge.judge(history, reference, parsed, JudgeMode.UNIFIED)
+                except EngineError as exc:
+                    log.warning("engine error on a contrast candidate: %s", type(exc).__name__)
+                    return None
+            verdicts = [v if isinstance(v := j.verdicts.get(c), bool) else None for c in STEP_COMPONENTS]
+            pref = j.verdicts.get(PREFERENCE)
+            return candidate_rewards(parsed, JudgeMode.UNIFIED, verdicts,
+                                     pref if isinstance(pref, Preference) else None).total
+
+        async def one(g: dict[str, Any], reference: str) -> dict[str, float | None]:
+            history = [Turn.from_dict(t) for t in g["history"]]
+            kinds = list(g["candidates"])
+            totals = await asyncio.gather(*(total(history, reference, g["candidates"][k]) for k in kinds))
+            return dict(zip(kinds, totals))
 
         out: dict[str, list[dict[str, float | None]]] = {}
         for name in REFERENCES:
             usable = [g for g in groups if g["references"].get(name)]
             out[name] = list(await asyncio.gather(*(one(g, g["references"][name]) for g in usable)))
         return out
-    finally:
-        await core.stop()
 
 
 def render_markdown(metrics: dict[str, Any]) -> str:
@@ -123,7 +127,7 @@ def render_markdown(metrics: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|"]
     for judge, by_ref in metrics["judges"].items():
         for reference, s in by_ref.items():
-            for kind in NEGATIVE_KINDS:
+            for kind in s["kinds"]:
                 k = s[kind]
                 w = k["within_group"]
                 wtl = "n/a" if w["win"] is None else f"{w['win']:.2f} / {w['tie']:.2f} / {w['loss']:.2f}"

@@ -2,7 +2,7 @@
 
 A judge SFT set is a ``datasets.DatasetDict`` saved with ``save_to_disk`` at ``OUT/judge_sft/<mode>/`` with
 splits ``train`` and ``heldout`` and the columns of :data:`REQUIRED_COLUMNS`; ``messages`` is
-:func:`reward_server.judge.render_judge_chat`'s output (system, then user/assistant per judge round).
+:func:`judge.protocol.render_judge_chat`'s output (system, then user/assistant per judge round).
 
 Label masking: the conversation is rendered with the tokenizer's own chat template (the one the serving engines
 use), and every token is masked (-100) except those of the judge's assistant turns: the turn's content and its

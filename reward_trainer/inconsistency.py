@@ -16,19 +16,27 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from cer.verdicts import Kind, Preference, Verdict, parse_verdicts
-from reward_server.engines.base import Engine, EngineError, GenParams, Message
-from reward_server.judge import PREFERENCE, STEP_COMPONENTS, JudgeSettings, round_constraint
+from cer.verdicts import FAVOURABLE, Kind, Preference, Verdict, favourable, parse_verdicts
+from judge.conversation import retry_policy, round_params
+from judge.engines.base import Engine, Message
+from judge.generation import generate_validated
+from judge.protocol import PREFERENCE, STEP_COMPONENTS, JudgeSettings
 from reward_trainer.predict import Prediction
 
 log = logging.getLogger(__name__)
 
 AUDIT_VERSION = "audit-v1"
 
+
+
+def _labels(favourable_ones: bool) -> str:
+    return " or ".join(repr(p.value) for p in Preference if (p in FAVOURABLE) == favourable_ones)
+
+
 #: The contradiction rule, as given to the auditor and as :func:`rule_contradicts` implements it.
 RULE = (
-    "The outcome is favourable when the reply preference is 'second' or 'both_good' (the candidate's reply matches "
-    "or beats the reference) and unfavourable when it is 'first' or 'neither'. The verdicts CONTRADICT when "
+    f"The outcome is favourable when the reply preference is {_labels(True)} (the candidate's reply matches "
+    f"or beats the reference) and unfavourable when it is {_labels(False)}. The verdicts CONTRADICT when "
     "(a) all three reasoning steps were judged True but the preference is 'neither' (sound reasoning, yet no "
     "acceptable reply), or (b) at most one reasoning step was judged True but the outcome is favourable (mostly "
     "wrong reasoning, yet a reply as good as or better than the reference). Otherwise they are consistent."
@@ -48,15 +56,12 @@ AUDIT_USER = (
     "\"Rationale: ...\" and then \"Verdict: True\" (they contradict) or \"Verdict: False\" (consistent)."
 )
 
-FAVOURABLE = frozenset({Preference.SECOND, Preference.BOTH_GOOD})
-
-
 def rule_contradicts(steps: list[bool], preference: Preference) -> bool:
     """:data:`RULE` applied mechanically."""
     true_steps = sum(1 for s in steps if s)
     if true_steps == len(steps) and preference is Preference.NEITHER:
         return True
-    return true_steps <= 1 and preference in FAVOURABLE
+    return true_steps <= 1 and favourable(preference)
 
 
 @dataclass(frozen=True)
@@ -134,24 +139,18 @@ def audit_messages(item: AuditInput) -> list[Message]:
 
 async def audit_one(engine: Engine, item: AuditInput, settings: JudgeSettings, request_id: str) -> bool | None:
     """The auditor's answer (True = contradiction), None when unparsable after the retries or the engine failed."""
-    regex, max_line = round_constraint(("step1",), settings.rationale_max_chars, engine.supports_line_bound) \
-        if settings.constrain and engine.supports_regex else (None, None)
-    messages = audit_messages(item)
-    for attempt in range(settings.max_retries + 1):
-        params = GenParams(max_tokens=settings.max_tokens_per_component,
-                           temperature=settings.retry_temperature if attempt else settings.temperature,
-                           top_p=settings.top_p, seed=settings.seed, regex=regex,
-                           max_line_chars=max_line)
-        try:
-            result = await engine.generate(messages, params, request_id=f"{request_id}-{attempt}")
-        except EngineError as exc:
-            log.warning("auditor failed on %s: %s", item.key, type(exc).__name__)
-            return None
-        log.debug("auditor on %s said: %s", item.key, result.text)
-        verdict = parse_verdicts(result.text, [Kind.STEP])[0]
-        if isinstance(verdict, bool):
-            return verdict
-    return None
+    result = await generate_validated(engine, audit_messages(item), round_params(settings, engine, ("step1",)),
+                                      _contradiction, retry_policy(settings), request_id)
+    if result.engine_error is not None:
+        log.warning("auditor failed on %s: %s", item.key, type(result.engine_error).__name__)
+        return None
+    log.debug("auditor on %s said: %s", item.key, result.text)
+    return result.value
+
+
+def _contradiction(text: str) -> bool | None:
+    verdict = parse_verdicts(text, [Kind.STEP])[0]
+    return verdict if isinstance(verdict, bool) else None
 
 
 async def audit(engine: Engine, setup: str, items: list[AuditInput], settings: JudgeSettings,

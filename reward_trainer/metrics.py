@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cer.verdicts import PREFERENCE_LABELS, STEP_LABELS, Verdict
-from reward_server.judge import PREFERENCE, REPLY
-from reward_server.judge import STEP_COMPONENTS as STEPS
+from judge.protocol import PREFERENCE, REPLY
+from judge.protocol import STEP_COMPONENTS as STEPS
 
 INVALID = "invalid"
 FALSE_LABEL = "False"

@@ -1,5 +1,5 @@
-"""Run held-out judge items through the serving judge: :class:`reward_server.judge.Judge` on an engine made by
-:func:`reward_server.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
+"""Run held-out judge items through the serving judge: :class:`judge.conversation.Judge` on an engine made by
+:func:`judge.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
 parses a verdict: the Judge does both, exactly as the reward service does.
 """
 
@@ -14,21 +14,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference, Verdict
-from reward_server.engines.base import Engine, EngineConfig, EngineError
-from reward_server.judge import (
+from judge.conversation import Judge
+from judge.engines.base import Engine, EngineConfig, EngineError
+from judge.engines.settings import TransformersSettings
+from judge.protocol import (
     DEFAULT_TEMPLATE,
     PREFERENCE,
     REPLY,
     STEP_COMPONENTS,
-    Judge,
     JudgeSettings,
     load_template,
     mode_components,
 )
-from reward_server.types import JudgeMode
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Prediction:
 
 
 def components_of(variant: str) -> tuple[str, ...]:
-    """The components a variant's judge decides (see :func:`reward_server.judge.mode_components`)."""
+    """The components a variant's judge decides (see :func:`judge.protocol.mode_components`)."""
     return mode_components(JudgeMode(variant))
 
 
@@ -102,30 +103,26 @@ class JudgeRuntime:
     concurrency: int = 32
 
 
-def _model_dtype(device: str) -> str:
-    import torch
-
-    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    return "bfloat16" if on_cuda else "float32"
-
-
 def model_ref(runtime: JudgeRuntime, model: str | None = None) -> Any:
-    """The resolved base model (:class:`reward_server.model_store.ModelRef`) in the device's dtype."""
-    from reward_server.model_store import resolve_model
+    """The resolved base model (:class:`judge.model_store.ModelRef`) in the device's dtype."""
+    from judge.device import dtype_name, resolve_device_dtype
+    from judge.model_store import resolve_model
 
-    return resolve_model(model or runtime.model, _model_dtype(runtime.device))
+    _, dtype = resolve_device_dtype(runtime.device, "auto")
+    return resolve_model(model or runtime.model, dtype_name(dtype))
 
 
 @asynccontextmanager
 async def open_engine(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
                       backend: str | None = None) -> AsyncIterator[Engine]:
     """A started engine on the base model (+ ``adapter``), stopped on exit."""
-    from reward_server.engines import create_engine
+    from judge.engines import create_engine
 
     ref = model_ref(runtime, model)
     engine = create_engine(EngineConfig(backend=backend or runtime.backend, model_path=ref.path,
                                         model_id=ref.model_id, revision=ref.revision, adapter=adapter,
-                                        device=runtime.device, max_batch=runtime.max_batch))
+                                        device=runtime.device,
+                                        transformers=TransformersSettings(max_batch=runtime.max_batch)))
     await engine.start()
     try:
         yield engine

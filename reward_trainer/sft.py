@@ -35,15 +35,6 @@ class TrainResult:
     seconds: float
 
 
-def resolve_dtype(name: str, use_cuda: bool) -> Any:
-    """``auto`` → bfloat16 on CUDA, float32 on CPU; else the named torch dtype."""
-    import torch
-
-    if name == "auto":
-        return torch.bfloat16 if use_cuda else torch.float32
-    return getattr(torch, name)
-
-
 def lora_config(config: JudgeSFTConfig) -> Any:
     """The PEFT LoRA configuration of the run."""
     from peft import LoraConfig
@@ -65,14 +56,15 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
-    from reward_server.judge import load_template
-    from reward_server.model_store import resolve_model
+    from judge.device import dtype_name, resolve_device_dtype
+    from judge.model_store import resolve_model
+    from judge.protocol import load_template
     from reward_trainer.data import TRAIN_SPLIT, build_train_dataset, check_template, load_judge_set
 
     started = time.monotonic()
     use_cuda = torch.cuda.is_available() and not config.use_cpu
-    dtype = resolve_dtype(config.model_dtype, use_cuda)
-    ref = resolve_model(config.model, "bfloat16" if dtype == torch.bfloat16 else "float32")
+    _, dtype = resolve_device_dtype("cuda" if use_cuda else "cpu", config.model_dtype)
+    ref = resolve_model(config.model, dtype_name(dtype))
     template = load_template(config.template)
 
     splits = []
@@ -128,4 +120,4 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     return result
 
 
-__all__ = ["ADAPTER_STAMP", "TrainResult", "lora_config", "read_adapter_stamp", "resolve_dtype", "train"]
+__all__ = ["ADAPTER_STAMP", "TrainResult", "lora_config", "read_adapter_stamp", "train"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cer.dialogue import Role, Turn
+from cer.modes import JudgeMode
 from cer.verdicts import Preference
 from reward_server.errors import InvalidArgument
 from reward_server.proto import pb
@@ -14,7 +15,6 @@ from reward_server.types import (
     GroupRequest,
     GroupResponse,
     InfoResponse,
-    JudgeMode,
     Limits,
     PreferenceResult,
     Rewards,

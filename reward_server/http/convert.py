@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from cer.dialogue import Role, Turn
+from cer.modes import JudgeMode
 from reward_server.errors import InvalidArgument
-from reward_server.types import ErrorInfo, GroupRequest, JudgeMode, ScoreOptions
+from reward_server.types import ErrorInfo, GroupRequest, ScoreOptions
 
 _ROLES = ", ".join(r.value for r in Role)
 _MODES = ", ".join(m.value for m in JudgeMode)

@@ -38,7 +38,7 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     from datasets import load_from_disk
     from safetensors.torch import load_file
 
-    from reward_server.judge import JudgeSettings
+    from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
     from reward_trainer.cli import main
     from reward_trainer.metrics import METRIC_KEYS
     from reward_trainer.predict import JudgeRuntime, items_from_rows, make_judge, open_engine, predict
@@ -61,10 +61,10 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     lora_b = [t for k, t in weights.items() if "lora_B" in k]
     assert lora_b and any(float(t.abs().max()) > 0 for t in lora_b)  # B starts at zero: non-zero = trained
     stamp = json.loads((adapter / "compeer_judge.json").read_text())
-    assert stamp["variant"] == "unified" and stamp["steps"] == 2 and stamp["template_version"] == "unifireward-v1"
+    assert stamp["variant"] == "unified" and stamp["steps"] == 2 and stamp["template_version"] == DEFAULT_TEMPLATE
 
     # 2. the adapter lowers the loss of the judge's turns (computed on a training conversation)
-    from reward_server.model_store import resolve_model
+    from judge.model_store import resolve_model
 
     base_path = resolve_model("default").path
     train_msgs = load_from_disk(str(data / "unified"))["train"][0]["messages"]

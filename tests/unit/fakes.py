@@ -6,8 +6,8 @@ import hashlib
 
 import numpy as np
 
+from judge.engines.base import GenParams, Message
 from reward_server.embeddings import Embedder
-from reward_server.engines.base import GenParams, Message
 
 
 class FakeHashEmbedder(Embedder):

@@ -86,3 +86,29 @@ def test_taxonomy_aliases() -> None:
     assert tax.normalise("Approval and Reassurance") == "Affirmation and Reassurance"
     assert tax.normalise("Other") == "Others"
     assert tax.normalise("telepathy") is None
+
+
+def test_favourable_preferences_are_the_positive_reward() -> None:
+    from cer.verdicts import FAVOURABLE, favourable
+
+    assert FAVOURABLE == {Preference.SECOND, Preference.BOTH_GOOD}
+    for p in Preference:
+        assert favourable(p) == (rewards.preference_reward(p) == rewards.PREF_WIN)
+
+
+def test_tags_are_one_pattern() -> None:
+    from cer.reasoning import TAG, strip_tags
+
+    assert {m.group(2) for m in TAG.finditer("<Analysis>a</ANALYSIS><emotion><strategy></response>")} == {
+        "Analysis", "ANALYSIS", "emotion", "strategy", "response"}
+    assert strip_tags("<analysis>I hear you</analysis> <response>oops") == "I hear you   oops"
+
+
+def test_modes_are_defined_once() -> None:
+    from cer.modes import TRAINED_MODES, JudgeMode, RewardJudgeMode
+
+    assert [m.value for m in JudgeMode] == ["unified", "single_pass", "prm", "orm", "reply"]
+    assert TRAINED_MODES == (JudgeMode.UNIFIED, JudgeMode.PRM, JudgeMode.ORM, JudgeMode.REPLY)
+    assert RewardJudgeMode.UNIFIED.judge_modes == (JudgeMode.UNIFIED,)
+    assert RewardJudgeMode.SINGLE_PASS.judge_modes == (JudgeMode.SINGLE_PASS,)
+    assert RewardJudgeMode.PRM_ORM.judge_modes == (JudgeMode.PRM, JudgeMode.ORM)

@@ -15,8 +15,8 @@ from data_builder.llm import LLM, LLMSettings
 from data_builder.llm_filter import parse_label
 from data_builder.persona import artifacts, elbow, parse_disc
 from data_builder.records import read_jsonl
-from reward_server.engines.base import GenParams, Message
-from reward_server.engines.fake import FakeEngine
+from judge.engines.base import GenParams, Message
+from tests.fake_engine import FakeEngine
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
 GOOD_CER = ("<analysis>job loss worry; exploration</analysis><emotion>negative, anxiety, 4</emotion>"

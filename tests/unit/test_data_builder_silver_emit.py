@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
+from cer.modes import JudgeMode
 from cer.policy_prompt import policy_messages
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
@@ -16,8 +17,7 @@ from data_builder.cli import main
 from data_builder.emit import build_grpo_prompts, build_judge_sft, heldout_dialogues, make_ablation_sets
 from data_builder.records import read_jsonl, turns_of
 from data_builder.silver import build_silver, load_config, round_intensity, support_stage
-from reward_server.judge import load_template, render_judge_chat
-from reward_server.types import JudgeMode
+from judge.protocol import load_template, render_judge_chat
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
 

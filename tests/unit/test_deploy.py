@@ -84,11 +84,14 @@ def _serve_defaults(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _env_read_by_compeer() -> set[str]:
-    """Names reward_server reads from the environment: ``_env("X", ...)`` (the CLI) and ``os.environ.get("X")``."""
-    names: set[str] = set()
-    for src in (ROOT / "reward_server").rglob("*.py"):
+    """Names the service reads from the environment: those generated from its settings (``compeer-reward serve``)
+    and every ``os.environ`` read in reward_server and judge."""
+    from judge.settings import options
+    from reward_server.config import ServerConfig
+
+    names = {o.env for o in options(ServerConfig)}
+    for src in [*(ROOT / "reward_server").rglob("*.py"), *(ROOT / "judge").rglob("*.py")]:
         text = src.read_text()
-        names |= set(re.findall(r'_env\(\s*"([A-Z0-9_]+)"', text))
         names |= set(re.findall(r'environ(?:\.get)?\(\s*"([A-Z0-9_]+)"', text))
         names |= set(re.findall(r'environ\[\s*"([A-Z0-9_]+)"\s*\]', text))
     return names
@@ -341,7 +344,7 @@ def test_dockerfile_runtime_stage(name: str, monkeypatch: pytest.MonkeyPatch) ->
     assert any("--from=builder" in c and "/models" in c for c in copies), "the converted model comes from the builder"
     builder = "\n".join(args for _, args in stages[0])
     assert "grpc_tools.protoc -Iproto" in builder and "proto/compeer/reward/v1/reward.proto" in builder
-    assert "python -m reward_server.model_store" in builder
+    assert "python -m judge.model_store" in builder
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["compeer-reward"] == "reward_server.cli:main"
 

@@ -73,13 +73,13 @@ def test_auc_and_within_group_shares_by_hand() -> None:
     assert s["other_round"]["negative_unscored"] == 1 and s["other_round"]["auc"] == pytest.approx((1 + 1 + 0 + 0.5) / 4)
     assert s["other_round"]["within_group"] == {"n": 1, "win": 1.0, "tie": 0.0, "loss": 0.0}
     assert s["wrong_emotion"]["within_group"] == {"n": 2, "win": 0.0, "tie": 0.5, "loss": 0.5}
-    assert s["similar_problem"]["auc"] is None and s["similar_problem"]["within_group"]["n"] == 0
+    assert s["kinds"] == ["other_round", "wrong_emotion"] and "similar_problem" not in s
 
 
 def test_local_folders_are_identified_by_their_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two fine-tunes saved under the same folder name never share a revision (and so never share cache keys)."""
+    from judge.model_store import resolve_model
     from reward_server.cache import KeyContext, cache_key
-    from reward_server.model_store import resolve_model
 
     monkeypatch.setenv("COMPEER_CACHE", str(tmp_path / "cache"))
 

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cer.dialogue import Role, Turn
+from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, parse_verdicts
-from reward_server.engines.fake import FakeEngine
-from reward_server.judge import (
-    Judge,
+from judge.conversation import Judge
+from judge.protocol import (
     JudgeSettings,
     load_template,
     plan_rounds,
@@ -22,7 +22,7 @@ from reward_server.judge import (
     round_constraint,
     round_regex,
 )
-from reward_server.types import JudgeMode
+from tests.fake_engine import FakeEngine
 
 CAND = ("<analysis>Exam stress; exploration.</analysis><emotion>negative; anxiety; 4</emotion>"
         "<strategy>Question: learn more.</strategy><response>What worries you most?</response>")

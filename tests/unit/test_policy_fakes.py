@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from cer.modes import JudgeMode
 from reward_server.client import RewardCallError
 from reward_server.types import (
     CandidateResult,
@@ -22,7 +23,6 @@ from reward_server.types import (
     GroupMeta,
     GroupRequest,
     GroupResponse,
-    JudgeMode,
     PreferenceResult,
     Rewards,
     SamplingInfo,

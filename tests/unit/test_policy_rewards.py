@@ -8,10 +8,11 @@ import time
 import grpc
 import pytest
 
+from cer.modes import JudgeMode, RewardJudgeMode
 from cer.redundancy import RedundancyMode
-from policy_trainer.config import LengthUnit, RewardJudgeMode
+from policy_trainer.config import LengthUnit
 from policy_trainer.rewards import CompeerReward, GroupingError, RewardSettings, completion_text
-from reward_server.types import JudgeMode, Status
+from reward_server.types import Status
 from tests.unit.test_policy_fakes import FakeRewardClient, FakeScore
 
 HIST_A = [{"role": "seeker", "text": "history A"}]

@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from judge.model_store import resolve_model
 from policy_trainer.config import load_config
 from policy_trainer.runner import run
-from reward_server.model_store import resolve_model
 from tests.unit.test_policy_fakes import FakeRewardClient, FakeScore
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cer.verdicts import Preference
-from reward_server.engines.base import GenParams, Message
-from reward_server.engines.fake import FakeEngine
-from reward_server.judge import JudgeSettings
+from judge.engines.base import GenParams, Message
+from judge.protocol import JudgeSettings
+from tests.fake_engine import FakeEngine
 from tests.unit.test_reward_trainer_fixtures import judge_item, rows_for, write_judge_sft
 
 P = Preference
@@ -22,14 +22,14 @@ P = Preference
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from reward_server.model_store import resolve_model
+    from judge.model_store import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("default").path, local_files_only=True)
 
 
 @pytest.mark.parametrize("mode", ["unified", "prm", "orm"])
 def test_labels_keep_exactly_the_judge_turns(tokenizer, mode: str) -> None:
-    from reward_server.types import JudgeMode
+    from cer.modes import JudgeMode
     from reward_trainer.data import IGNORE_INDEX, judge_turn_labels
 
     messages = rows_for(JudgeMode(mode), [judge_item(3)])[0]["messages"]
@@ -49,7 +49,7 @@ def test_labels_keep_exactly_the_judge_turns(tokenizer, mode: str) -> None:
 
 
 def test_labels_mask_system_and_user_text(tokenizer) -> None:
-    from reward_server.types import JudgeMode
+    from cer.modes import JudgeMode
     from reward_trainer.data import IGNORE_INDEX, judge_turn_labels
 
     messages = rows_for(JudgeMode.UNIFIED, [judge_item(0)])[0]["messages"]

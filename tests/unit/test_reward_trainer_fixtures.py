@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from cer.dialogue import Role, Turn
+from cer.modes import JudgeMode
 from cer.reasoning import CerOutput, parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference
-from reward_server.judge import load_template, render_judge_chat
-from reward_server.types import JudgeMode
+from judge.protocol import load_template, render_judge_chat
 
 _ISSUES = [("exams", "anxious", "I failed my maths exam and my parents will be angry."),
            ("work", "sad", "My manager criticised me in front of everyone today."),

@@ -3,7 +3,7 @@
 # judge (+ the reply mode) and the PRM-only and ORM-only variants with the same rows and steps, and measure them on
 # the valid split (Table 1 columns, then the reward AUC on contrast groups). No registry, no hub there; 64 MiB per
 # call. Staging, here, after `make install`:
-#   bash policy_trainer/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (other GGUF parts), c3
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (other GGUF parts), c3
 #   bash tools/gpu/judge_esconv.sh pack     # .gpu-judge/esconv.tar.xz: the ESConv train and valid splits
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/reward_trainer.md has them):
 #   install  carry .gpu-policy/c1                    wheels into /tmp/site, GGUF part 00
@@ -15,7 +15,7 @@
 # The pipeline (background, log in /tmp/judge-run/pipeline.log): train unified -> evaluate it (unified, reply;
 # base and majority rows) -> contrast (trained on every group) and PHASES (default "base prm-orm grpo"): contrast
 # of the base judge on the first 150 groups; train prm, orm and evaluate them; GRPO evidence with the trained judge
-# (policy_trainer/gpu/device_evidence.sh run, GRPO_BUDGET_S) -> DONE. Steps: STEPS (default: the profile's).
+# (tools/gpu/device_evidence.sh run, GRPO_BUDGET_S) -> DONE. Steps: STEPS (default: the profile's).
 set -uo pipefail
 S=/tmp/cp-stage R=/tmp/judge-run
 mkdir -p "$S" "$R"
@@ -44,9 +44,9 @@ pipeline() {
     python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
       "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 || return 1 ;; esac
   case " ${PHASES:-base prm-orm grpo} " in *" grpo "*)
-    # GRPO evidence with this judge: policy_trainer/gpu/device_evidence.sh run, the judge = base + this adapter
+    # GRPO evidence with this judge: tools/gpu/device_evidence.sh run, the judge = base + this adapter
     mkdir -p $R/grpo && OUT=$R/grpo JUDGE_ADAPTER=$R/unified CALL_BUDGET_S=${GRPO_BUDGET_S:-600} \
-      bash policy_trainer/gpu/device_evidence.sh run > $R/grpo.log 2>&1 || return 1 ;; esac
+      bash tools/gpu/device_evidence.sh run > $R/grpo.log 2>&1 || return 1 ;; esac
 }
 
 build_data() {
@@ -113,7 +113,7 @@ start)
   cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
   echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
     | sha256sum -c - || exit 1
-  python3 -m reward_server.model_store bfloat16 --adapter none || exit 1
+  python3 -m judge.model_store bfloat16 --adapter none || exit 1
   build_data || exit 1
   setsid nohup bash tools/gpu/judge_esconv.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
   sleep 5

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +39,18 @@ class VllmEngine(Engine):
         from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        c = self.config
+        c, v = self.config, self.config.vllm
         self._on_cpu = bool(current_platform.is_cpu())
         # Small KV blocks on CPU (vLLM's CPU default is 128 tokens): each judge round re-uses the earlier rounds'
         # blocks, and with 128-token blocks up to 127 tokens per round were recomputed.
-        block_size = c.block_size if c.block_size is not None else (32 if self._on_cpu else None)
-        kv_gib = c.kv_cache_gib if c.kv_cache_gib is not None else (2.0 if self._on_cpu else None)
+        block_size = v.block_size if v.block_size is not None else (32 if self._on_cpu else None)
+        kv_gib = v.kv_cache_gib if v.kv_cache_gib is not None else (2.0 if self._on_cpu else None)
         kwargs: dict[str, Any] = {
             "model": c.model_path, "tokenizer": c.model_path, "seed": c.seed, "max_model_len": c.max_model_len,
-            "enable_prefix_caching": c.enable_prefix_caching, "block_size": block_size, "gpu_memory_utilization": c.gpu_memory_utilization,
-            "dtype": c.dtype, "enable_lora": c.adapter is not None, "max_lora_rank": c.max_lora_rank,
-            "disable_log_stats": True, "kv_cache_memory_bytes": None if kv_gib is None else int(kv_gib * (1 << 30)),
+            "enable_prefix_caching": v.enable_prefix_caching, "block_size": block_size,
+            "gpu_memory_utilization": v.gpu_memory_utilization, "dtype": c.dtype, "enable_lora": c.adapter is not None,
+            "max_lora_rank": v.max_lora_rank, "disable_log_stats": True,
+            "kv_cache_memory_bytes": None if kv_gib is None else int(kv_gib * (1 << 30)),
         }
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         self._tokenizer = self._llm.get_tokenizer()

@@ -1,51 +1,47 @@
-"""Engine backends: the real TransformersEngine on the default model folder (tiny generations), the OpenAIEngine
-against an in-process fake OpenAI-compatible HTTP server, and the FakeEngine test double itself.
+"""The transformers engine (``judge.engines.hf``) on the default model folder (tiny generations), and what "auto"
+means for device and dtype (``judge.device``).
 
-Needs the default model folder (``python -m reward_server.model_store``); the transformers tests are skipped
+Needs the default model folder (``python -m judge.model_store``); the transformers tests are skipped
 without it. The whole file runs in well under a minute on one CPU thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
-from reward_server.engines import create_engine
-from reward_server.engines.base import EngineConfig, EngineError, GenParams, GenResult
-from reward_server.engines.fake import FakeEngine
-from reward_server.engines.hf_engine import BatchStats, TransformersEngine, resolve_device_dtype, sampling_key
-from reward_server.engines.openai_engine import OpenAIEngine
-
-SECRET = "my-secret-dialogue-text"
-
+from judge.device import resolve_device_dtype
+from judge.engines import create_engine
+from judge.engines.base import EngineConfig, EngineError, GenParams, GenResult
+from judge.engines.hf.engine import TransformersEngine
+from judge.engines.hf.runner import sampling_key
+from judge.engines.hf.stats import GenerateStats
+from judge.engines.settings import TransformersSettings
 
 # --------------------------------------------------------------------------- transformers
 
 
 def _default_model_path() -> Path | None:
-    from reward_server.model_store import cache_dir
+    from judge.model_store import cache_dir
 
     path = cache_dir() / "models" / "smollm2-135m-instruct-float32"
     return path if (path / "config.json").exists() else None
 
 
 MODEL_PATH = _default_model_path()
-needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m reward_server.model_store` first")
+needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m judge.model_store` first")
 
 
 def _hf_config(**kw: Any) -> EngineConfig:
+    """The default model on CPU; ``kw`` are TransformersSettings fields."""
+    settings = TransformersSettings(**{"max_wait_ms": 50.0, "max_batch": 8, **kw})
     return EngineConfig(backend="transformers", model_path=str(MODEL_PATH), model_id="smollm2", device="cpu",
-                        **{"max_wait_ms": 50.0, "max_batch": 8, **kw})
+                        transformers=settings)
 
 
 def _chat(i: int) -> list[dict[str, str]]:
@@ -111,7 +107,7 @@ async def test_concurrent_requests_share_one_batch(hf_engine: TransformersEngine
 async def test_regex_constrains_each_row_of_a_mixed_batch(hf_engine: TransformersEngine) -> None:
     import re
 
-    from reward_server.judge import round_regex
+    from judge.protocol import round_regex
 
     assert hf_engine.supports_regex  # xgrammar is in the CPU lock
     step, pref = round_regex(("step1",), 60), round_regex(("preference",), 60)
@@ -167,19 +163,21 @@ async def test_cancelling_a_running_request_stops_its_row(hf_engine: Transformer
 @needs_model
 async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngine) -> None:
     # the GPU default (compiled decode needs one batch shape); on CPU it runs eagerly, so this checks the padding
-    static = TransformersEngine(_hf_config(max_batch=4, extra={"static_cache": "true"}))
+    static = TransformersEngine(_hf_config(max_batch=4, static_cache=True))
     await static.start()
     try:
         chats = [_chat(5), [{"role": "user", "content": "Say hello to my friend Ann, please."}]]
         got = await asyncio.gather(*(static.generate(c, GenParams(max_tokens=3 + i), f"p{i}")
                                      for i, c in enumerate(chats)))
-        cache, length = static._kv, static._kv_len
+        assert static._runner is not None and static._runner.kv is not None
+        kv = static._runner.kv
+        cache, length = kv.cache, kv.length
         # later calls reuse (reset) the one cache while it is long enough: its tensors keep their addresses
         again = await asyncio.gather(*(static.generate(chats[i], GenParams(max_tokens=3 + i), f"q{i}")
                                        for i in reversed(range(len(chats)))))
-        assert static._kv is cache and length % 256 == 0
+        assert kv.cache is cache and length % 256 == 0
         longer = await static.generate([{"role": "user", "content": "word " * 300}], GenParams(max_tokens=2), "long")
-        assert static._kv_len > length and longer.output_tokens >= 1  # a longer call grows it
+        assert kv.length > length and longer.output_tokens >= 1  # a longer call grows it
     finally:
         await static.stop()
     assert static.stats.batch_sizes[-2] == 2  # two real requests, two filler rows never resolved
@@ -189,15 +187,12 @@ async def test_static_cache_pads_to_one_batch_shape(hf_engine: TransformersEngin
     assert [r.output_tokens for r in got] == [r.output_tokens for r in want]
 
 
-@needs_model
 @pytest.mark.parametrize("option,value,expected", [("grammar_kernel", "warp", "expected one of auto, "),
                                                    ("grammar_backend", "outlines", "expected one of guidance, xgrammar"),
-                                                   ("grammar_threads", "0", "expected an integer >= 1")])
-async def test_unknown_grammar_option_fails_the_start_naming_it(option: str, value: str, expected: str) -> None:
-    engine = TransformersEngine(_hf_config(extra={option: value}))
-    with pytest.raises(EngineError, match=f"{option} '{value}': {expected}"):
-        await engine.start()
-    assert not engine.healthy()
+                                                   ("grammar_threads", 0, "expected an integer >= 1")])
+def test_unknown_grammar_option_is_refused_naming_it(option: str, value: Any, expected: str) -> None:
+    with pytest.raises(ValueError, match=f"{option} {value!r}: {expected}"):
+        TransformersSettings(**{option: value})
 
 
 @needs_model
@@ -206,7 +201,7 @@ async def test_guidance_backend_without_llguidance_fails_the_start(monkeypatch: 
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llguidance" else real(name, *a))
-    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    engine = TransformersEngine(_hf_config(grammar_backend="guidance"))
     with pytest.raises(EngineError, match="grammar_backend 'guidance' needs llguidance installed"):
         await engine.start()
     await engine.stop()
@@ -219,12 +214,12 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
     text), so greedy outputs may differ; both must match."""
     import re
 
-    from reward_server.judge import round_regex
+    from judge.protocol import round_regex
 
-    other = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    other = TransformersEngine(_hf_config(grammar_backend="guidance"))
     await other.start()
     try:
-        assert hf_engine._grammar_backend == "xgrammar" and other.supports_regex
+        assert hf_engine.settings.grammar_backend == "xgrammar" and other.supports_regex
         patterns = [round_regex(("step1",), 40), round_regex(("preference",), 40), r"[a-z]{1,3}( [a-z]{1,3}){0,2}"]
         params = [GenParams(max_tokens=32, regex=p) for p in patterns]
         for engine in (hf_engine, other):
@@ -232,7 +227,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
             got = await asyncio.gather(*(engine.generate(_chat(i), q, f"g{i}") for i, q in enumerate(params)))
             assert engine.stats.batches - before == 1
             for pattern, r in zip(patterns, got):
-                assert r.finish_reason == "stop" and re.fullmatch(pattern, r.text), (engine._grammar_backend, r)
+                assert r.finish_reason == "stop" and re.fullmatch(pattern, r.text), (engine.settings.grammar_backend, r)
     finally:
         await other.stop()
 
@@ -241,7 +236,7 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
 async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """A vocabulary whose bytes llguidance reads wrongly (spaces as byte-level markers, as seen on a GPU machine)
     must stop the engine at start, not silently leave every constrained row unconstrained."""
-    from reward_server.engines import hf_engine as module
+    from judge.engines.hf import grammar as module
 
     class MisreadVocabulary(module._GuidanceVocabulary):
         def __init__(self, *args: Any) -> None:
@@ -249,7 +244,7 @@ async def test_guidance_vocabulary_that_misreads_tokens_fails_the_start(monkeypa
             self.tokens = [t.replace(b" ", "\u0120".encode()) for t in self.tokens]
 
     monkeypatch.setattr(module, "_GuidanceVocabulary", MisreadVocabulary)
-    engine = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    engine = TransformersEngine(_hf_config(grammar_backend="guidance"))
     with pytest.raises(EngineError, match="llguidance reads this tokenizer's tokens differently"):
         await engine.start()
     assert not engine.healthy()
@@ -262,7 +257,7 @@ async def test_regex_the_grammar_library_rejects_fails_its_batch_with_the_reason
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, regex="[a-z]{1,3"), "bad-regex")
     ok = await hf_engine.generate(_chat(1), GenParams(max_tokens=2), "after")  # the engine keeps serving
     assert ok.output_tokens >= 1
-    guidance = TransformersEngine(_hf_config(extra={"grammar_backend": "guidance"}))
+    guidance = TransformersEngine(_hf_config(grammar_backend="guidance"))
     await guidance.start()
     try:
         with pytest.raises(EngineError, match="regex rejected by llguidance: .*unclosed counted repetition"):
@@ -277,7 +272,7 @@ async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: Tran
     regex row and a free row; every bounded answer is one the counted repetition accepts, and the bound binds."""
     import re
 
-    from reward_server.judge import round_constraint, round_regex
+    from judge.protocol import round_constraint, round_regex
 
     assert hf_engine.supports_line_bound
     components = [("step1",), ("preference",), ("step1",)]
@@ -302,7 +297,7 @@ async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: Tran
 async def test_line_bound_is_refused_where_it_cannot_hold(hf_engine: TransformersEngine) -> None:
     with pytest.raises(EngineError, match="max_line_chars must be >= 1 and come with a regex"):
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, max_line_chars=20), "no-regex")
-    off = TransformersEngine(_hf_config(extra={"line_bound": "false"}))
+    off = TransformersEngine(_hf_config(line_bound=False))
     assert off.supports_regex and not off.supports_line_bound
     await off.start()
     try:
@@ -316,7 +311,7 @@ def test_line_table_counts_bytes_per_line_and_masks_what_would_overflow() -> Non
     import torch
     import xgrammar as xgr
 
-    from reward_server.engines.hf_engine import LineTable
+    from judge.engines.hf.line_bound import LineTable
 
     vocab = [b"ab", b"\n", b"abc\nd", b"xyz\n", b"<eos>", "\u00e9".encode(), b"abcd"] + [b"q"] * 30
     table = LineTable(vocab, len(vocab), special={4})
@@ -338,7 +333,7 @@ def test_left_pad_matches_the_tokenizers_left_padding() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from reward_server.engines.hf_engine import left_pad
+    from judge.engines.hf.runner import left_pad
 
     tok = AutoTokenizer.from_pretrained(str(MODEL_PATH), local_files_only=True)
     tok.padding_side = "left"
@@ -349,9 +344,9 @@ def test_left_pad_matches_the_tokenizers_left_padding() -> None:
     assert torch.equal(got_ids, want["input_ids"]) and torch.equal(got_mask, want["attention_mask"])
 
 
-def test_batch_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(BatchStats, "keep", 3)
-    stats = BatchStats(batches=6)
+def test_generate_stats_keep_the_latest_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(GenerateStats, "keep", 3)
+    stats = GenerateStats(batches=6)
     stats.batch_sizes.extend(range(5))
     stats.prep_s.extend([0.5] * 2)
     stats.trim()
@@ -380,180 +375,16 @@ async def test_stop_fails_running_and_queued_requests() -> None:
     await engine.stop()  # idempotent
 
 
-# --------------------------------------------------------------------------- openai
+def test_auto_dtype_is_half_precision_on_a_gpu_and_float32_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for "auto" (judge.device): the server's default-model conversion and the engines both use it."""
+    import torch
 
+    from judge.device import dtype_name
 
-class FakeOpenAIServer:
-    """A tiny OpenAI-compatible server on 127.0.0.1 (random port) that records each chat request body."""
-
-    def __init__(self, served: tuple[str, ...] = ("judge",)) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.fail_status: int | None = None
-        self.delay = 0.0
-        app = FastAPI()
-
-        @app.get("/v1/models")
-        async def models() -> dict[str, Any]:
-            return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "test"}
-                                               for m in served]}
-
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request) -> JSONResponse:
-            body = await request.json()
-            self.requests.append(body)
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            if self.fail_status is not None:
-                return JSONResponse({"error": {"message": f"boom: {body['messages']}", "type": "server_error"}},
-                                    status_code=self.fail_status)
-            return JSONResponse({
-                "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "length",
-                             "message": {"role": "assistant", "content": "Rationale: ok\nVerdict: True"}}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-            })
-
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def start(self) -> None:
-        """Serve in a background thread; return once it accepts connections."""
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            assert time.monotonic() < deadline, "fake OpenAI server did not start"
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        """Stop serving."""
-        self._server.should_exit = True
-        self._thread.join(timeout=5)
-        self._sock.close()
-
-
-@pytest.fixture(scope="module")
-def openai_server() -> Iterator[FakeOpenAIServer]:
-    server = FakeOpenAIServer()
-    server.start()
-    yield server
-    server.close()
-
-
-def _oa_config(base_url: str, **kw: Any) -> EngineConfig:
-    return EngineConfig(backend="openai", base_url=base_url, extra={"max_retries": "0"}, **{"model_id": "judge", **kw})
-
-
-async def test_openai_sends_sampling_and_regex(openai_server: FakeOpenAIServer) -> None:
-    openai_server.fail_status = None
-    engine = create_engine(_oa_config(openai_server.base_url, openai_regex=True))
-    assert isinstance(engine, OpenAIEngine) and engine.supports_regex
-    await engine.start()
-    try:
-        messages = [{"role": "system", "content": "judge"}, {"role": "user", "content": SECRET}]
-        params = GenParams(max_tokens=9, temperature=0.5, top_p=0.8, seed=7, regex=r"Verdict: (True|False)")
-        result = await engine.generate(messages, params, "req-1")
-    finally:
-        await engine.stop()
-    sent = openai_server.requests[-1]
-    assert sent["model"] == "judge" and sent["messages"] == messages
-    assert (sent["max_tokens"], sent["temperature"], sent["top_p"], sent["seed"]) == (9, 0.5, 0.8, 7)
-    assert sent["structured_outputs"] == {"regex": r"Verdict: (True|False)"}
-    assert result == GenResult("Rationale: ok\nVerdict: True", prompt_tokens=11, output_tokens=7,
-                               finish_reason="length")
-    assert not engine.healthy()
-
-
-async def test_openai_without_regex_support_sends_no_structured_outputs(openai_server: FakeOpenAIServer) -> None:
-    openai_server.fail_status = None
-    engine = OpenAIEngine(_oa_config(openai_server.base_url, openai_model="judge", model_id="other"))
-    assert not engine.supports_regex
-    await engine.start()
-    await engine.generate([{"role": "user", "content": "hi"}], GenParams(regex="x+"), "req-2")
-    sent_so_far = len(openai_server.requests)
-    with pytest.raises(EngineError, match="max_line_chars is not supported by the openai engine"):
-        await engine.generate([{"role": "user", "content": "hi"}], GenParams(regex="x+", max_line_chars=9), "req-3")
-    assert len(openai_server.requests) == sent_so_far  # refused before anything was sent
-    await engine.stop()
-    sent = openai_server.requests[-1]
-    assert sent["model"] == "judge" and "structured_outputs" not in sent and "seed" not in sent
-
-
-async def test_openai_http_error_maps_to_engine_error(openai_server: FakeOpenAIServer,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
-    engine = OpenAIEngine(_oa_config(openai_server.base_url))
-    await engine.start()
-    openai_server.fail_status = 500
-    try:
-        with caplog.at_level("INFO"), pytest.raises(EngineError, match="HTTP 500") as info:
-            await engine.generate([{"role": "user", "content": SECRET}], GenParams(), "req-3")
-    finally:
-        openai_server.fail_status = None
-        await engine.stop()
-    assert SECRET not in str(info.value)
-    assert SECRET not in caplog.text
-    assert engine.queue_depth() == 0
-
-
-async def test_openai_cancellation_frees_the_request(openai_server: FakeOpenAIServer) -> None:
-    engine = OpenAIEngine(_oa_config(openai_server.base_url))
-    await engine.start()
-    openai_server.delay = 0.5
-    try:
-        task = asyncio.create_task(engine.generate([{"role": "user", "content": "hi"}], GenParams(), "req-4"))
-        await asyncio.sleep(0.1)
-        assert engine.queue_depth() == 1
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert engine.queue_depth() == 0
-    finally:
-        openai_server.delay = 0.0
-        await engine.stop()
-
-
-async def test_openai_start_fails_clearly(openai_server: FakeOpenAIServer) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    down = OpenAIEngine(_oa_config(dead))
-    with pytest.raises(EngineError, match="unreachable"):
-        await down.start()
-    assert not down.healthy()
-    with pytest.raises(EngineError, match="not running"):
-        await down.generate([{"role": "user", "content": "hi"}], GenParams(), "req-5")
-    wrong = OpenAIEngine(_oa_config(openai_server.base_url, openai_model="no-such-model"))
-    with pytest.raises(EngineError, match="not served"):
-        await wrong.start()
-
-
-# --------------------------------------------------------------------------- the FakeEngine double
-
-
-async def test_fake_engine_records_calls_and_answers() -> None:
-    async def responder(messages: list[dict[str, str]], params: GenParams) -> str:
-        return f"echo {len(messages)} {params.max_tokens}"
-
-    engine = FakeEngine(responder, supports_regex=True)
-    await engine.start()
-    assert engine.supports_regex and engine.healthy()
-    result = await engine.generate([{"role": "user", "content": "a b"}], GenParams(max_tokens=3), "f1")
-    assert result.text == "echo 1 3" and result.output_tokens == 3
-    assert [c.request_id for c in engine.calls] == ["f1"]
-    sync = FakeEngine(lambda m, p: GenResult("x", finish_reason="length"))
-    await sync.start()
-    assert (await sync.generate([], GenParams(), "f2")).finish_reason == "length"
-
-
-async def test_fake_engine_delay_and_cancellation() -> None:
-    engine = FakeEngine(lambda m, p: "late", delay=5.0)
-    await engine.start()
-    with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(engine.generate([], GenParams(), "slow"), 0.05)
-    assert engine.cancelled == ["slow"] and engine.queue_depth() == 0
-    await engine.stop()
-    with pytest.raises(EngineError):
-        await engine.generate([], GenParams(), "stopped")
+    assert resolve_device_dtype("auto", "auto") == ("cpu", torch.float32) or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_device_dtype("auto", "auto") == ("cuda", torch.bfloat16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)  # e.g. a V100 or a T4
+    assert resolve_device_dtype("cuda:1", "auto") == ("cuda:1", torch.float16)
+    assert resolve_device_dtype("cpu", "float16") == ("cpu", torch.float16) and dtype_name(torch.float16) == "float16"

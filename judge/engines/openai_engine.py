@@ -1,15 +1,15 @@
 """The OpenAI-compatible backend: any chat-completions endpoint (a remote vLLM server, a gateway, OpenAI).
 
-``supports_regex`` follows ``config.openai_regex``: set it only for a vLLM server, whose structured outputs are
+``supports_regex`` follows ``config.openai.regex``: set it only for a vLLM server, whose structured outputs are
 requested with ``extra_body={"structured_outputs": {"regex": ...}}``. Other endpoints ignore or reject that field,
-so with ``openai_regex = False`` a ``GenParams.regex`` is not sent and the judge relies on parse + retry.
+so with ``regex = False`` a ``GenParams.regex`` is not sent and the judge relies on parse + retry.
 
 Errors from the endpoint become :class:`EngineError` whose message names the endpoint, the status and the error
 type, never the dialogue; response bodies are logged at DEBUG only. Cancelling the awaiting task closes the HTTP
 request (vLLM then aborts the generation).
 
-Options read from ``EngineConfig.extra``: ``max_retries`` (client retries on connection errors, 429 and 5xx;
-default 2) and ``timeout_s`` (per request; default 600).
+Settings: :class:`judge.engines.settings.OpenAISettings` (``EngineConfig.openai``): endpoint, key, model name,
+regex support, client retries (connection errors, 429 and 5xx) and the per-request timeout.
 """
 
 from __future__ import annotations
@@ -17,20 +17,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 
 log = logging.getLogger(__name__)
 
 
 class OpenAIEngine(Engine):
-    """Chat completions through ``openai.AsyncOpenAI`` against ``config.base_url``."""
+    """Chat completions through ``openai.AsyncOpenAI`` against ``config.openai.base_url``."""
 
     name = "openai"
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
-        self.supports_regex = bool(config.openai_regex)
-        self.model = config.openai_model or config.model_id
+        self.settings = config.openai
+        self.supports_regex = bool(self.settings.regex)
+        self.model = self.settings.model or config.model_id
         self._client: Any = None
         self._inflight = 0
 
@@ -38,15 +39,16 @@ class OpenAIEngine(Engine):
         """Create the client and check the endpoint with ``models.list()``; raise :class:`EngineError` if unusable."""
         if self._client is not None:
             return
-        if not self.config.base_url:
-            raise EngineError("openai engine: config.base_url is empty (e.g. http://host:8000/v1)")
+        s = self.settings
+        if not s.base_url:
+            raise EngineError("openai engine: the openai base_url is empty (e.g. http://host:8000/v1)")
         import openai
 
         client = openai.AsyncOpenAI(
-            base_url=self.config.base_url,
-            api_key=self.config.api_key or "EMPTY",
-            max_retries=int(self.config.extra.get("max_retries", "2")),
-            timeout=float(self.config.extra.get("timeout_s", "600")),
+            base_url=s.base_url,
+            api_key=s.api_key or "EMPTY",
+            max_retries=s.max_retries,
+            timeout=s.timeout_s,
         )
         try:
             page = await client.models.list()
@@ -57,15 +59,15 @@ class OpenAIEngine(Engine):
         if not self.model:
             if not served:
                 await client.close()
-                raise EngineError(f"openai engine: {self.config.base_url} serves no model and none was configured")
+                raise EngineError(f"openai engine: {self.settings.base_url} serves no model and none was configured")
             self.model = served[0]
             log.info("openai engine: no model configured, using the endpoint's first model %r", self.model)
         elif served and self.model not in served:
             await client.close()
-            raise EngineError(f"openai engine: model {self.model!r} is not served by {self.config.base_url} "
-                              f"(it serves {', '.join(served[:10])}); set --model / openai_model")
+            raise EngineError(f"openai engine: model {self.model!r} is not served by {self.settings.base_url} "
+                              f"(it serves {', '.join(served[:10])}); set --openai-model")
         self._client = client
-        log.info("openai engine ready: %s model=%s regex=%s", self.config.base_url, self.model, self.supports_regex)
+        log.info("openai engine ready: %s model=%s regex=%s", self.settings.base_url, self.model, self.supports_regex)
 
     async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
         """One chat completion; API and connection errors raise :class:`EngineError`."""
@@ -121,7 +123,7 @@ class OpenAIEngine(Engine):
         """An :class:`EngineError` naming endpoint, status and error type (the body only goes to DEBUG)."""
         import openai
 
-        where = self.config.base_url
+        where = self.settings.base_url
         if isinstance(exc, openai.APITimeoutError):
             detail = "timed out"
         elif isinstance(exc, openai.APIConnectionError):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there; 64 MiB per call).
-# The staging folders are built here by policy_trainer/gpu/stage.sh.
+# The staging folders are built here by tools/gpu/stage.sh.
 # Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
 #   install  carry .gpu-policy/c1: wheels + the first part of the xz'd default GGUF (SmolLM2-135M-Instruct Q4_1)
 #   stage    carry .gpu-policy/c2: the other GGUF parts

@@ -1,4 +1,5 @@
-"""The UnifiReward judge protocol: prompts per mode, rounds, verdict parsing, bounded re-generation.
+"""The UnifiReward judge protocol: templates, the rounds per mode, the verdict constraint of a round, the judge's
+settings and the judge SFT renderer. :mod:`judge.conversation` runs the rounds on an engine.
 
 One judge conversation per candidate. In ``unified`` mode the rounds are steps 1-3 then the reply
 preference, each round seeing every earlier round (the paper's point). ``single_pass`` asks for every
@@ -9,8 +10,7 @@ candidate are never sent to the judge: they count as failed (see :mod:`cer.rewar
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -18,11 +18,12 @@ from pathlib import Path
 import yaml
 
 from cer.dialogue import Turn
+from cer.modes import JudgeMode
 from cer.reasoning import STEP_PARTS, ParsedOutput
 from cer.taxonomy import Taxonomy
-from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels, parse_verdicts
-from reward_server.engines.base import Engine, GenParams, Message
-from reward_server.types import JudgeMode
+from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels
+from judge.engines.base import Message
+from judge.settings import setting
 
 #: Component names, in judging order.
 STEP_COMPONENTS: tuple[str, ...] = ("step1", "step2", "step3")
@@ -48,7 +49,7 @@ def component_kind(component: str) -> Kind:
 
 @dataclass(frozen=True)
 class Template:
-    """A versioned set of judge prompts (package data ``reward_server/templates/<version>.yaml``)."""
+    """A versioned set of judge prompts (package data ``judge/templates/<version>.yaml``)."""
 
     version: str
     system: str
@@ -72,7 +73,7 @@ def load_template(name_or_path: str = DEFAULT_TEMPLATE) -> Template:
     if path.suffix in (".yaml", ".yml") and path.exists():
         text = path.read_text(encoding="utf-8")
     else:
-        res = resources.files("reward_server").joinpath(f"templates/{name_or_path}.yaml")
+        res = resources.files("judge").joinpath(f"templates/{name_or_path}.yaml")
         if not res.is_file():
             raise FileNotFoundError(f"judge template {name_or_path!r}: no such packaged version or YAML file")
         text = res.read_text(encoding="utf-8")
@@ -208,77 +209,16 @@ def round_constraint(components: tuple[str, ...], rationale_max_chars: int,
 class JudgeSettings:
     """Sampling and retry policy of the judge."""
 
-    max_tokens_per_component: int = 96
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    max_retries: int = 2
-    retry_temperature: float = 0.7
-    rationale_max_chars: int = 100
-    constrain: bool = True
-
-
-@dataclass
-class CandidateJudgment:
-    """What the judge said about one candidate."""
-
-    verdicts: dict[str, Verdict | None] = field(default_factory=dict)
-    judged: set[str] = field(default_factory=set)
-    texts: list[str] = field(default_factory=list)
-    generations: int = 0
-
-
-class Judge:
-    """Runs the judge conversation for one candidate on an engine."""
-
-    _ids = itertools.count()
-
-    def __init__(self, engine: Engine, template: Template, taxonomy: Taxonomy, settings: JudgeSettings) -> None:
-        self.engine = engine
-        self.template = template
-        self.taxonomy = taxonomy
-        self.settings = settings
-
-    @property
-    def constrained(self) -> bool:
-        return self.settings.constrain and self.engine.supports_regex
-
-    def _params(self, plan: RoundPlan, retry: bool) -> GenParams:
-        s = self.settings
-        regex, max_line = round_constraint(plan.components, s.rationale_max_chars, self.engine.supports_line_bound) \
-            if self.constrained else (None, None)
-        return GenParams(
-            max_tokens=s.max_tokens_per_component * len(plan.components),
-            temperature=s.retry_temperature if retry else s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            regex=regex,
-            max_line_chars=max_line,
-        )
-
-    async def judge(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
-                    mode: JudgeMode) -> CandidateJudgment:
-        """Judge one candidate; unparsable rounds are re-generated up to ``max_retries`` times."""
-        out = CandidateJudgment()
-        messages: list[Message] = [{"role": "system", "content": self.template.system}]
-        for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed):
-            messages.append({"role": "user", "content": plan.user})
-            text = ""
-            verdicts: list[Verdict | None] = [None] * len(plan.components)
-            for attempt in range(self.settings.max_retries + 1):
-                result = await self.engine.generate(messages, self._params(plan, retry=attempt > 0),
-                                                    request_id=f"judge-{next(self._ids)}")
-                out.generations += 1
-                text = result.text
-                verdicts = parse_verdicts(text, plan.kinds)
-                if all(v is not None for v in verdicts):
-                    break
-            messages.append({"role": "assistant", "content": text})
-            out.texts.append(text)
-            for c, v in zip(plan.components, verdicts):
-                out.verdicts[c] = v
-                out.judged.add(c)
-        return out
+    max_tokens_per_component: int = setting(96, help="judge output budget per judged component (tokens)")
+    temperature: float = setting(0.0, help="judge temperature (0: greedy, cacheable)")
+    top_p: float = setting(1.0, help="judge nucleus sampling (top_p)")
+    seed: int | None = setting(None, flag="--judge-seed",
+                               help="judge sampling seed (none: the engine's; a seed makes sampled judgments cacheable)")
+    max_retries: int = setting(2, help="re-generations of an unparsable round")
+    retry_temperature: float = setting(0.7, help="temperature of a re-generation (at least the judge temperature)")
+    rationale_max_chars: int = setting(100, help="the longest one-line rationale the verdict grammar allows")
+    constrain: bool = setting(True, help="constrain each round to the verdict grammar where the engine can (off: "
+                                         "parse + retry only)")
 
 
 def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],
@@ -287,7 +227,7 @@ def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, h
                       rationale_max_chars: int = JudgeSettings.rationale_max_chars) -> list[Message]:
     """A complete judge conversation with the given (gold) verdicts as the judge's turns.
 
-    This is the judge SFT format: the same prompts :class:`Judge` sends, with assistant turns written in the
+    This is the judge SFT format: the same prompts :class:`judge.conversation.Judge` sends, with assistant turns written in the
     grammar the parser reads and the constrained decoder allows (``Rationale: <one line of at most
     rationale_max_chars>`` then ``Verdict: <label>``); longer rationales are cut. Training and serving share it.
     """
@@ -305,6 +245,6 @@ def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, h
     return messages
 
 
-__all__ = ["COMPONENTS", "PREFERENCE", "REPLY", "STEP_COMPONENTS", "STEP_PARTS", "CandidateJudgment", "Judge",
-           "JudgeSettings", "RoundPlan", "Template", "load_template", "plan_rounds", "render_history",
-           "render_judge_chat", "round_constraint", "round_regex"]
+__all__ = ["COMPONENTS", "PREFERENCE", "REPLY", "STEP_COMPONENTS", "STEP_PARTS", "JudgeSettings", "RoundPlan",
+           "Template", "load_template", "mode_components", "plan_rounds", "render_history", "render_judge_chat",
+           "round_constraint", "round_regex"]

@@ -1,4 +1,4 @@
-"""Engine backends behind one interface (:class:`reward_server.engines.base.Engine`).
+"""Engine backends behind one interface (:class:`judge.engines.base.Engine`).
 
 Engines are imported lazily by name so that a machine without vLLM can still serve with transformers.
 """
@@ -7,24 +7,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from reward_server.engines.base import Engine, EngineConfig
+from judge.engines.base import BACKENDS
 
-BACKENDS = ("vllm", "transformers", "openai")
+if TYPE_CHECKING:
+    from judge.engines.base import Engine, EngineConfig
+
+__all__ = ["BACKENDS", "create_engine"]
 
 
 def create_engine(config: EngineConfig) -> Engine:
     """Instantiate the backend named by ``config.backend`` (its heavy imports happen in ``start``)."""
     if config.backend == "vllm":
-        from reward_server.engines.vllm_engine import VllmEngine
+        from judge.engines.vllm_engine import VllmEngine
 
         return VllmEngine(config)
     if config.backend == "transformers":
-        from reward_server.engines.hf_engine import TransformersEngine
+        from judge.engines.hf.engine import TransformersEngine
 
         return TransformersEngine(config)
     if config.backend == "openai":
-        from reward_server.engines.openai_engine import OpenAIEngine
+        from judge.engines.openai_engine import OpenAIEngine
 
         return OpenAIEngine(config)
     raise ValueError(f"backend {config.backend!r}: expected one of {', '.join(BACKENDS)}")

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from reward_server.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 
 Responder = Callable[[list[Message], GenParams], "str | GenResult | Awaitable[str | GenResult]"]
 

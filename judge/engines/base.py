@@ -7,9 +7,14 @@ The judge protocol talks to an engine only through :meth:`Engine.generate`; ever
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from judge.engines.settings import OpenAISettings, TransformersSettings, VllmSettings
+from judge.settings import nested, setting
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
+#: The engine backends :func:`judge.engines.create_engine` builds.
+BACKENDS = ("vllm", "transformers", "openai")
 
 
 @dataclass(frozen=True)
@@ -39,38 +44,32 @@ class GenResult:
     finish_reason: str = "stop"
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineConfig:
-    """What every backend needs; backends ignore fields that do not apply to them.
+    """What every backend needs, and one typed settings object per backend (each backend reads only its own).
 
-    model_path: an HF folder (engines never download). adapter: a PEFT LoRA folder or None.
+    model_path: an HF folder (engines never download). adapter: a PEFT LoRA folder or None. ``model_path``,
+    ``model_id``, ``revision`` and ``adapter_id`` are filled in by whoever resolves the model (the server, the
+    trainers), never set by a user.
     """
 
-    backend: str = "vllm"
-    model_path: str = ""
-    model_id: str = ""
-    revision: str = ""
-    adapter: str | None = None
-    adapter_id: str | None = None  # reported and cached as the adapter's identity (set by the server: name@sha)
-    seed: int = 0
-    max_model_len: int = 4096
-    dtype: str = "auto"
-    device: str = "auto"
-    # vllm
-    gpu_memory_utilization: float = 0.3
-    kv_cache_gib: float | None = None  # vllm: KV cache size; None = 2 GiB on CPU, gpu_memory_utilization on GPU
-    enable_prefix_caching: bool = True
-    block_size: int | None = None  # vllm KV block (tokens); None = 32 on CPU, vLLM's default on GPU
-    max_lora_rank: int = 64
-    # transformers micro-batching
-    max_batch: int = 32
-    max_wait_ms: float = 5.0
-    # openai-compatible endpoint
-    base_url: str | None = None
-    api_key: str | None = None
-    openai_model: str | None = None
-    openai_regex: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
+    backend: str = setting("vllm", choices=BACKENDS, help="engine backend")
+    model_path: str = setting("", cli=False, help="the HF folder the engine loads")
+    model_id: str = setting("", cli=False, help="the model's reported id")
+    revision: str = setting("", cli=False, help="the model's reported revision")
+    adapter: str | None = setting(None, help="'default': the shipped ESConv judge adapter merged into the default "
+                                  "model (the default with --model default); 'none': the bare model; or a PEFT LoRA "
+                                  "folder served on top of the model")
+    adapter_id: str | None = setting(None, cli=False, help="the adapter's identity (name@sha), reported and cached")
+    seed: int = setting(0, help="engine seed")
+    max_model_len: int = setting(4096, help="the longest prompt + output in tokens")
+    dtype: str = setting("auto", help="weights dtype: auto (bfloat16 or float16 on GPU, float32 on CPU) or a torch "
+                                      "dtype name")
+    device: str = setting("auto", help="auto | cpu | cuda | cuda:N (vllm picks its own platform)")
+    vllm: VllmSettings = nested(VllmSettings, help="vllm backend")
+    transformers: TransformersSettings = nested(TransformersSettings, help="transformers backend")
+    openai: OpenAISettings = nested(OpenAISettings, prefix="openai-", help="openai backend (an OpenAI-compatible "
+                                                                          "endpoint)")
 
 
 class EngineError(RuntimeError):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the staging folders that policy_trainer/gpu/device_evidence.sh carries to a lent GPU machine (run here,
+# Builds the staging folders that tools/gpu/device_evidence.sh carries to a lent GPU machine (run here,
 # after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~1 MB), so the
 # payload is split in three:
 #   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock) + GGUF part 00

@@ -1,0 +1,92 @@
+"""Typed settings of each engine backend, one dataclass each (vLLM's ``EngineArgs`` pattern).
+
+Each backend reads only its own settings object from :class:`judge.engines.base.EngineConfig`; the server's flags
+and environment names are generated from these fields (:mod:`judge.settings`). Values are checked when the object
+is built (``__post_init__`` raises ValueError naming the field and what it expects).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from judge.settings import setting
+
+#: The libraries that compute the transformers engine's grammar masks (vLLM's names) -> the module each needs.
+GRAMMAR_BACKENDS = {"guidance": "llguidance", "xgrammar": "xgrammar"}
+#: xgrammar's mask-apply kernels.
+GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The vLLM backend (``AsyncLLM``): memory, KV cache and LoRA."""
+
+    gpu_memory_utilization: float = setting(0.3, help="fraction of GPU memory for the model and KV cache")
+    kv_cache_gib: float | None = setting(
+        None, help="KV cache size in GiB (none: 2 GiB on CPU; on GPU --gpu-memory-utilization decides)")
+    enable_prefix_caching: bool = setting(
+        True, flag="--no-prefix-caching", help="prefix caching (the judge rounds and a group's candidates share prefixes)")
+    block_size: int | None = setting(None, help="KV block size in tokens (none: 32 on CPU, vLLM's on GPU)")
+    max_lora_rank: int = setting(64, help="the largest LoRA rank an adapter may have")
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization {self.gpu_memory_utilization}: expected a fraction in (0, 1]")
+        if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib {self.kv_cache_gib}: expected > 0 GiB (or none for the default)")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size {self.block_size}: expected >= 1 tokens")
+
+
+@dataclass(frozen=True)
+class TransformersSettings:
+    """The transformers backend: micro-batching, static KV cache, grammar masks and the line bound."""
+
+    max_batch: int = setting(32, help="micro-batch size (rows of one model.generate call)")
+    max_wait_ms: float = setting(5.0, help="how long a micro-batch waits to fill")
+    static_cache: bool = setting(
+        False, help="on CUDA: static KV cache + torch.compile (75-110 s compile warm-up; see "
+                    "docs/reward_server.md)")
+    static_cache_reuse: bool = setting(
+        True, help="every call reuses one static KV cache (off: a new one per call, as "
+                   "cache_implementation='static' does)")
+    merge_adapter: bool = setting(True, help="merge LoRA weights into the base for speed")
+    grammar_backend: str = setting("xgrammar", choices=tuple(GRAMMAR_BACKENDS),
+                                   help="the library that computes the verdict masks")
+    grammar_kernel: str = setting("auto", choices=GRAMMAR_KERNELS,
+                                  help="xgrammar's mask-apply kernel (auto: Triton on CUDA, native on "
+                                       "CPU; torch_native needs no JIT compiler)")
+    grammar_threads: int = setting(1, help="threads filling a batch's verdict masks (more only pays for "
+                                           "grammars with long counted repetitions, see bench.grammar_fill)")
+    line_bound: bool = setting(True, help="bound the judge's rationale lines in the engine (off: a "
+                                          "counted repetition in the grammar, as on vLLM)")
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_wait_ms < 0:
+            raise ValueError("transformers engine: max_batch must be >= 1 and max_wait_ms >= 0")
+        if self.grammar_backend not in GRAMMAR_BACKENDS:
+            raise ValueError(f"grammar_backend {self.grammar_backend!r}: expected one of "
+                             f"{', '.join(GRAMMAR_BACKENDS)}")
+        if self.grammar_kernel not in GRAMMAR_KERNELS:
+            raise ValueError(f"grammar_kernel {self.grammar_kernel!r}: expected one of {', '.join(GRAMMAR_KERNELS)}")
+        if isinstance(self.grammar_threads, bool) or self.grammar_threads < 1:
+            raise ValueError(f"grammar_threads {self.grammar_threads!r}: expected an integer >= 1")
+
+
+@dataclass(frozen=True)
+class OpenAISettings:
+    """An OpenAI-compatible chat-completions endpoint (a remote vLLM server, a gateway, OpenAI)."""
+
+    base_url: str | None = setting(None, env="OPENAI_BASE_URL", help="the endpoint, e.g. http://host:8000/v1")
+    api_key: str | None = setting(None, env="OPENAI_API_KEY", help="API key (EMPTY when unset)")
+    model: str | None = setting(None, help="served model name (none: --model, else the endpoint's first)")
+    regex: bool = setting(False, help="the endpoint is vLLM, send structured outputs (regex)")
+    max_retries: int = setting(2, help="client retries on connection errors, 429 and 5xx")
+    timeout_s: float = setting(600.0, help="per-request timeout in seconds")
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.timeout_s <= 0:
+            raise ValueError("openai engine: max_retries must be >= 0 and timeout_s > 0")
+
+
+__all__ = ["GRAMMAR_BACKENDS", "GRAMMAR_KERNELS", "OpenAISettings", "TransformersSettings", "VllmSettings"]

@@ -1,0 +1,200 @@
+"""Settings defined once: dataclass fields with help metadata, from which command-line flags and environment
+variable names are generated (the pattern of vLLM's ``EngineArgs.add_cli_args`` and TRL's ``HfArgumentParser``,
+extended to nested dataclasses and environment variables).
+
+A settings class is a dataclass whose fields are made with :func:`setting` (or :func:`nested` for a nested settings
+dataclass). Each leaf field becomes one flag and one environment variable:
+
+* flag: ``--<name>`` (underscores become dashes), with the nested field's ``prefix`` in front; a bool that defaults
+  to False is a switch ``--<name>``, one that defaults to True a switch ``--no-<name>``; ``flag=`` overrides the name.
+* environment: ``COMPEER_<NAME>`` of the positive flag name (``--no-line-bound`` reads ``COMPEER_LINE_BOUND``);
+  ``env=`` overrides it (e.g. ``REDIS_URL``). A set variable replaces the default; a flag on the command line wins.
+* ``cli=False`` keeps a field out of both (values the program fills in itself).
+
+:func:`add_arguments` adds the flags of a settings class to an ``argparse`` parser; :func:`from_namespace` builds the
+(nested) settings object back from the parsed namespace. Defaults live only in the dataclass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ENV_PREFIX = "COMPEER_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def setting(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None, env: str | None = None,
+            choices: Sequence[str] | None = None, cli: bool = True,
+            default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with its help text and, optionally, its flag name, env name and choices."""
+    metadata = {"help": help, "flag": flag, "env": env, "choices": tuple(choices) if choices else None, "cli": cli}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def nested(factory: Callable[[], Any], *, prefix: str = "", help: str = "") -> Any:
+    """A field holding a nested settings dataclass; its flags get ``prefix`` (e.g. ``openai-``)."""
+    return dataclasses.field(default_factory=factory, metadata={"nested": True, "prefix": prefix, "help": help})
+
+
+@dataclass(frozen=True)
+class Option:
+    """One generated flag: where its value goes (``path`` of field names), its flag, env name, type and help."""
+
+    path: tuple[str, ...]
+    flag: str
+    env: str
+    kind: type
+    optional: bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None
+    group: str = ""
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute of the value: the positive flag name with underscores."""
+        return self.flag.removeprefix("--").removeprefix("no-").replace("-", "_")
+
+    @property
+    def negated(self) -> bool:
+        """A bool that defaults to True: the flag turns it off."""
+        return self.kind is bool and self.default is True
+
+    def parse(self, raw: str) -> Any:
+        """A value of this option from its string form (an env variable); ValueError naming the env name."""
+        if self.optional and raw.strip().lower() in ("", "none", "null"):
+            return None
+        if self.kind is bool:
+            word = raw.strip().lower()
+            if word not in _TRUE | _FALSE:
+                raise ValueError(f"{self.env}={raw!r}: expected true or false")
+            return word in _TRUE
+        try:
+            value = self.kind(raw)
+        except ValueError as exc:
+            raise ValueError(f"{self.env}={raw!r}: expected {self._type_name()}") from exc
+        if self.choices and str(_plain(value)) not in self.choices:
+            raise ValueError(f"{self.env}={raw!r}: expected one of {', '.join(self.choices)}")
+        return value
+
+    def _type_name(self) -> str:
+        return "one of " + ", ".join(self.choices) if self.choices else self.kind.__name__
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _leaf_type(hint: Any) -> tuple[type, bool]:
+    """``(type, optional)`` of a field annotation: ``int``, ``float | None``, an Enum ..."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0], True
+    if isinstance(hint, type):
+        return hint, False
+    raise TypeError(f"settings field type {hint!r} is not supported (use a scalar, an Enum or one of them | None)")
+
+
+def options(cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str = "") -> list[Option]:
+    """Every flag of settings class ``cls`` (nested settings included), in field order; ``group`` titles the flags
+    of ``cls`` in ``--help`` (a nested field's ``help``, else the class name)."""
+    hints = typing.get_type_hints(cls)
+    out: list[Option] = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if meta.get("nested"):
+            out += options(hints[f.name], prefix + meta.get("prefix", ""), (*path, f.name),
+                           meta.get("help") or hints[f.name].__name__)
+            continue
+        if "help" not in meta:
+            raise TypeError(f"{cls.__name__}.{f.name} has no help: define it with judge.settings.setting(...)")
+        if not meta.get("cli", True):
+            continue
+        kind, optional = _leaf_type(hints[f.name])
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name} has no default: every setting needs one")
+        choices = meta.get("choices") or (tuple(str(m.value) for m in kind) if issubclass(kind, enum.Enum) else None)
+        name = prefix + f.name.replace("_", "-")
+        flag = meta.get("flag") or (f"--no-{name}" if kind is bool and default is True else f"--{name}")
+        env = meta.get("env") or ENV_PREFIX + flag.removeprefix("--").removeprefix("no-").replace("-", "_").upper()
+        out.append(Option((*path, f.name), flag, env, kind, optional, default, meta["help"], choices,
+                          group or cls.__name__))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[str, str] | None = None,
+                  title: str = "") -> list[Option]:
+    """Add one flag per option of ``cls`` to ``parser``, in one argument group per settings class; a set environment
+    variable replaces a default.
+
+    The help of each flag ends with its default and its environment variable. Raises ValueError for an environment
+    value that does not parse (naming the variable and what it expects).
+    """
+    env = os.environ if environ is None else environ
+    opts = options(cls, group=title)
+    groups: dict[str, Any] = {}
+    for o in opts:
+        group = groups.get(o.group)
+        if group is None:
+            group = groups[o.group] = parser.add_argument_group(o.group)
+        default = o.parse(env[o.env]) if o.env in env else o.default
+        if o.negated:
+            group.add_argument(o.flag, dest=o.dest, action="store_false", default=default,
+                               help=f"turn off: {o.help} (on by default; env {o.env}=false)")
+        elif o.kind is bool:
+            group.add_argument(o.flag, dest=o.dest, action="store_true", default=default,
+                               help=f"{o.help} (off by default; env {o.env}=true)")
+        else:
+            group.add_argument(o.flag, dest=o.dest, type=_converter(o), default=default,
+                               metavar=("{" + ",".join(o.choices) + "}") if o.choices else None,
+                               help=f"{o.help} (default: {_plain(o.default)}; env {o.env})")
+    return opts
+
+
+def _converter(o: Option) -> Callable[[str], Any]:
+    def convert(raw: str) -> Any:
+        try:
+            return o.parse(raw)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace(f"{o.env}=", "")) from None
+
+    convert.__name__ = o.kind.__name__
+    return convert
+
+
+def from_namespace(cls: Any, namespace: argparse.Namespace) -> Any:
+    """Build ``cls`` (and its nested settings) from the values :func:`add_arguments` parsed into ``namespace``."""
+    values: dict[tuple[str, ...], Any] = {o.path: getattr(namespace, o.dest) for o in options(cls)}
+    return _build(cls, (), values)
+
+
+def _build(cls: Any, path: tuple[str, ...], values: dict[tuple[str, ...], Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        here = (*path, f.name)
+        if f.metadata.get("nested"):
+            kwargs[f.name] = _build(hints[f.name], here, values)
+        elif here in values:
+            kwargs[f.name] = values[here]
+    return cls(**kwargs)
+
+
+__all__ = ["ENV_PREFIX", "Option", "add_arguments", "from_namespace", "nested", "options", "setting"]

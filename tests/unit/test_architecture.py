@@ -1,0 +1,115 @@
+"""The dependency direction of the packages (README, "Architecture"), checked on every import statement, lazy
+imports inside functions included, so that it cannot regress:
+
+    cer  <-  judge  <-  reward_server, reward_trainer, data_builder
+    policy_trainer -> cer, the service's client and wire types (reward_server.client, reward_server.types), and the
+                      model store (judge.model_store) for the default policy weights
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_PARTY = ("cer", "judge", "reward_server", "reward_trainer", "data_builder", "policy_trainer", "compeer_cli",
+               "compeer", "bench", "tests")
+
+#: package -> the first-party modules (or module prefixes) it may import besides itself.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "cer": (),
+    "judge": ("cer",),
+    "reward_server": ("cer", "judge", "compeer.reward.v1"),
+    "data_builder": ("cer", "judge"),
+    # the D/R/P ablation builds its training sets with the emit stage's functions
+    "reward_trainer": ("cer", "judge", "data_builder.emit", "data_builder.records"),
+    "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store"),
+}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every absolute import in a source file."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from judge import conversation`` imports the module judge.conversation; ``from judge.protocol import
+            # JudgeSettings`` imports from judge.protocol
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.append((node.lineno, sub if _is_module(sub) else node.module))
+    return out
+
+
+def _is_module(dotted: str) -> bool:
+    base = ROOT.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _allowed(module: str, allowed: tuple[str, ...]) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in allowed)
+
+
+def _violations(package: str) -> list[str]:
+    bad = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for line, module in _imports(path):
+            if module.split(".")[0] in FIRST_PARTY and not _allowed(module, (package, *ALLOWED[package])):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    return bad
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_follow_the_dependency_direction(package: str) -> None:
+    assert (ROOT / package).is_dir()
+    assert _violations(package) == []
+
+
+def test_the_check_sees_lazy_imports_and_submodules(tmp_path: Path) -> None:
+    """The checker itself: an import inside a function counts, and a forbidden one is reported."""
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from reward_server.core import RewardCore\n    import judge.engines.base\n"
+                   "from judge import conversation\n")
+    assert sorted(m for _, m in _imports(src)) == ["judge.conversation", "judge.engines.base", "reward_server.core"]
+    assert not _allowed("reward_server.core", ALLOWED["policy_trainer"])
+    assert _allowed("reward_server.client", ALLOWED["policy_trainer"])
+    assert not _allowed("reward_server", ALLOWED["judge"])
+
+
+def test_offline_packages_reach_the_service_only_through_its_client_and_wire_types() -> None:
+    """The issue's check: ``git grep "from reward_server" -- data_builder reward_trainer policy_trainer`` shows only
+    the client and the wire types."""
+    for package in ("data_builder", "reward_trainer", "policy_trainer"):
+        for path in (ROOT / package).rglob("*.py"):
+            for _, module in _imports(path):
+                if module.split(".")[0] == "reward_server":
+                    assert _allowed(module, ("reward_server.client", "reward_server.types")), (path, module)
+
+
+def test_no_module_is_a_god_file() -> None:
+    """Modules stay under ~400 lines (a subsystem that grows becomes a subpackage split by concern)."""
+    long = {}
+    for package in (*ALLOWED, "compeer_cli"):
+        for path in (ROOT / package).rglob("*.py"):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > 400:
+                long[str(path.relative_to(ROOT))] = n
+    assert long == {}
+
+
+def test_the_readme_architecture_section_is_this_table() -> None:
+    """README.md's "Architecture" block lists, per package, exactly the edges this test allows."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Architecture\n```\n", 1)[1].split("```", 1)[0]
+    documented: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        name, _, deps = line.partition("->")
+        name = name.split()[0]
+        deps = re.sub(r"\([^)]*\)", "", deps)  # comments in parentheses
+        documented[name] = {d.strip() for d in re.split(r"[,+]", deps) if d.strip()}
+    assert documented == {package: set(allowed) - {"compeer.reward.v1"} for package, allowed in ALLOWED.items()}

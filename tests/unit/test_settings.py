@@ -1,0 +1,97 @@
+"""Settings defined once (``judge.settings``): every server setting is reachable from a flag and an environment
+variable generated from its dataclass field, defaults live only in the dataclasses, and values are checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from cer.modes import JudgeMode
+from judge.engines.base import EngineConfig
+from judge.engines.settings import OpenAISettings, TransformersSettings, VllmSettings
+from judge.settings import options
+from reward_server.cli import config_from_args, make_parser
+from reward_server.config import ServerConfig
+
+ENV_NAMES = [o.env for o in options(ServerConfig)]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def _leaf_fields(cls: type, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    hints = typing.get_type_hints(cls)
+    out: list[tuple[str, ...]] = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("nested"):
+            out += _leaf_fields(hints[f.name], (*path, f.name))
+        elif f.metadata.get("cli", True):
+            out.append((*path, f.name))
+    return out
+
+
+def test_every_setting_has_one_flag_and_one_env_name() -> None:
+    opts = options(ServerConfig)
+    assert [o.path for o in opts] == _leaf_fields(ServerConfig)
+    for attr in ("flag", "env", "dest"):
+        values = [getattr(o, attr) for o in opts]
+        assert len(values) == len(set(values)), f"duplicate {attr}: {sorted(v for v in values if values.count(v) > 1)}"
+    flags = {o.path: o.flag for o in opts}
+    # the settings the old hand-written CLI could not reach, and the flags documented in docs/reward_server.md
+    assert flags[("max_in_flight_groups",)] == "--max-in-flight-groups"
+    assert flags[("cache_max_entries",)] == "--cache-max-entries"
+    assert flags[("judge", "top_p")] == "--top-p" and flags[("judge", "retry_temperature")] == "--retry-temperature"
+    assert flags[("engine", "transformers", "line_bound")] == "--no-line-bound"
+    assert flags[("engine", "openai", "base_url")] == "--openai-base-url"
+    envs = {o.path: o.env for o in opts}
+    assert envs[("redis_url",)] == "REDIS_URL" and envs[("cache",)] == "COMPEER_CACHE_KIND"
+    assert "COMPEER_CACHE" not in envs.values()  # the model cache folder (judge.model_store) keeps its name
+
+
+def test_defaults_come_from_the_dataclasses(clean_env: pytest.MonkeyPatch) -> None:
+    config = config_from_args(make_parser().parse_args(["serve"]))
+    assert config == ServerConfig()
+    assert config.engine.transformers == TransformersSettings() and config.engine.vllm == VllmSettings()
+
+
+def test_flags_and_env_reach_nested_settings(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("COMPEER_MAX_IN_FLIGHT_GROUPS", "7")
+    clean_env.setenv("COMPEER_LINE_BOUND", "false")
+    clean_env.setenv("COMPEER_TOP_P", "0.5")  # the flag below wins
+    a = make_parser().parse_args([
+        "serve", "--backend", "transformers", "--cache-max-entries", "12", "--top-p", "0.9",
+        "--retry-temperature", "1.1", "--judge-seed", "3", "--static-cache", "--grammar-threads", "2",
+        "--default-mode", "prm", "--no-prefix-caching", "--openai-timeout-s", "9", "--max-timeout-ms", "1000"])
+    c = config_from_args(a)
+    assert c.max_in_flight_groups == 7 and c.cache_max_entries == 12
+    assert (c.judge.top_p, c.judge.retry_temperature, c.judge.seed) == (0.9, 1.1, 3)
+    assert c.engine.backend == "transformers" and c.engine.seed == 0
+    assert c.engine.transformers == TransformersSettings(static_cache=True, grammar_threads=2, line_bound=False)
+    assert c.engine.vllm.enable_prefix_caching is False and c.engine.openai == OpenAISettings(timeout_s=9.0)
+    assert c.default_mode is JudgeMode.PRM and c.limits.max_timeout_ms == 1000
+
+
+def test_bad_values_are_refused_naming_the_setting(clean_env: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    clean_env.setenv("COMPEER_GRPC_PORT", "fifty")
+    with pytest.raises(ValueError, match="COMPEER_GRPC_PORT='fifty': expected int"):
+        make_parser()
+    clean_env.delenv("COMPEER_GRPC_PORT")
+    with pytest.raises(SystemExit):
+        make_parser().parse_args(["serve", "--grammar-kernel", "warp"])
+    assert "expected one of auto, cpu" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="grammar_threads 0: expected an integer >= 1"):
+        config_from_args(make_parser().parse_args(["serve", "--grammar-threads", "0"]))
+    with pytest.raises(ValueError, match="max_in_flight_groups 0"):
+        config_from_args(make_parser().parse_args(["serve", "--max-in-flight-groups", "0"]))
+    assert config_from_args(make_parser().parse_args(["serve", "--log-level", "debug"])).log_level == "debug"
+    with pytest.raises(ValueError, match="log_level 'loud'"):
+        config_from_args(make_parser().parse_args(["serve", "--log-level", "loud"]))
+    with pytest.raises(ValueError, match="gpu_memory_utilization 1.5"):
+        EngineConfig(vllm=VllmSettings(gpu_memory_utilization=1.5))
