@@ -181,3 +181,21 @@ def test_prune_keeps_the_serving_closure_and_drops_the_rest() -> None:
     assert not set(remove) & (keep - {"triton"})
     with pytest.raises(ValueError, match="no extra"):
         prune.project_roots(str(ROOT / "pyproject.toml"), ["gpu"])
+
+
+def test_package_data_ships_every_data_file_of_the_packages() -> None:
+    """A regular (non-editable) install, as in the images, carries every file the packages read at run time."""
+    import fnmatch
+    import tomllib
+
+    setuptools_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools_cfg["package-data"]["*"]
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+    if not listed:
+        pytest.skip("not a git checkout")
+    include = [p.rstrip("*") for p in setuptools_cfg["packages"]["find"]["include"]]
+    missing = [f for f in listed.splitlines()
+               # .sh: operator scripts kept beside a package (GPU staging), not files it reads at run time
+               if any(f.startswith(p) and "/" in f for p in include) and not f.endswith((".py", ".pyi", ".sh"))
+               and not any(fnmatch.fnmatch(Path(f).name, pat) for pat in patterns)]
+    assert not missing, f"data files a regular install would leave out (add their pattern to package-data): {missing}"
