@@ -59,6 +59,12 @@ class Stack:
     def container(self, service: str) -> str:
         return self.run("ps", "-q", service).stdout.strip()
 
+    def running(self, service: str) -> bool:
+        cid = self.container(service)
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", cid], capture_output=True, text=True,
+                               check=False).stdout.strip() if cid else ""
+        return state == "true"
+
     def port(self, service: str, port: int) -> str:
         host_port = self.run("port", service, str(port)).stdout.strip().rsplit(":", 1)[-1]
         return f"127.0.0.1:{host_port}"
@@ -92,7 +98,7 @@ def stack(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     env = {**os.environ, "COMPEER_IMAGE": images.reward, "COMPEER_TRAINER_IMAGE": images.trainer,
            "REDIS_IMAGE": images.redis, "COMPEER_BACKEND": "transformers", "REWARD_MEM_LIMIT": "3g",
            "SMOKE_STEPS": str(SMOKE_STEPS), "SMOKE_OUT": str(out_dir)}
-    s = Stack([*compose, "-f", str(COMPOSE_FILE), "-p", f"compeer-test-{os.getpid()}"], env)
+    s = Stack([*compose, "-f", str(COMPOSE_FILE), "-p", f"compeer-test-{os.getpid()}", "--profile", "smoke"], env)
     s.figures["image_build_s"] = images.build_s
     try:
         t0 = time.monotonic()
@@ -110,7 +116,7 @@ def stack(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     finally:
         REPORT.parent.mkdir(parents=True, exist_ok=True)
         REPORT.write_text(json.dumps(s.figures, indent=2) + "\n")
-        s.run("--profile", "smoke", "down", "-v", "--remove-orphans", "--timeout", "10", timeout=300, check=False)
+        s.run("down", "-v", "--remove-orphans", "--timeout", "10", timeout=300, check=False)
 
 
 def _fresh_group(tag: str) -> dict[str, object]:
@@ -149,7 +155,7 @@ async def _kill_a_mid_call(stack: Stack, out: Path, body: dict[str, object]) -> 
     deadline = time.monotonic() + TRAINER_TIMEOUT_S
     while not _metrics_rows(out):
         assert time.monotonic() < deadline, "the trainer logged no step in time:\n" + stack.logs("trainer")
-        assert stack.container("trainer"), "the trainer stopped before its first step:\n" + stack.logs("trainer")
+        assert stack.running("trainer"), "the trainer stopped before its first step:\n" + stack.logs("trainer")
         await asyncio.sleep(1)
     client = RewardClient([stack.grpc["reward-a"], stack.grpc["reward-b"]], timeout_s=300)  # first call: A
     probe = asyncio.create_task(client.score_group(group_from_json(body)))
@@ -175,7 +181,7 @@ async def _kill_a_mid_call(stack: Stack, out: Path, body: dict[str, object]) -> 
 
 def test_replica_killed_mid_run_trainer_finishes_nothing_lost_or_made_up(stack: Stack) -> None:
     out = Path(stack.env["SMOKE_OUT_HOST"])
-    stack.run("--profile", "smoke", "up", "-d", "--no-deps", "trainer", timeout=300)
+    stack.run("up", "-d", "--no-deps", "trainer", timeout=300)
     body = _fresh_group(f"kill-{time.time_ns()}")
     response, failover_s, server_s = asyncio.run(_kill_a_mid_call(stack, out, body))
     stack.figures.update(failover_answer_s=failover_s, failover_server_side_s=server_s,
