@@ -78,15 +78,17 @@ def _metric(text: str, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def _wait_ready(http: str, deadline: float) -> None:
+def _wait_ready(stack: Stack, service: str, deadline: float) -> None:
+    http = stack.http[service]
     while time.monotonic() < deadline:
+        assert stack.running(service), f"{service} exited before it was ready:\n{stack.logs(service)}"
         try:
             if httpx.get(f"http://{http}/readyz", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    raise AssertionError(f"{http} not ready in time")
+    raise AssertionError(f"{service} not ready in time:\n{stack.logs(service)}")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def stack(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         for name in ("reward-a", "reward-b"):
             s.grpc[name], s.http[name] = s.port(name, 50051), s.port(name, 8000)
         for name in ("reward-a", "reward-b"):
-            _wait_ready(s.http[name], t0 + READY_TIMEOUT_S)
+            _wait_ready(s, name, t0 + READY_TIMEOUT_S)
             s.figures[f"cold_start_to_ready_s_{name}"] = time.monotonic() - t0
         s.env["SMOKE_OUT_HOST"] = str(out_dir)
         yield s
