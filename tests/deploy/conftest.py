@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: bound on building the three images (a fresh machine downloads the lock's wheels; a warm layer cache takes ~1 min)
-BUILD_TIMEOUT_S = float(os.environ.get("COMPEER_DEPLOY_BUILD_TIMEOUT_S", "2400"))
+BUILD_TIMEOUT_S = float(os.environ.get("COMPEER_DEPLOY_BUILD_TIMEOUT_S", "1800"))
 
 
 class DeployTierSkipped(UserWarning):

@@ -77,13 +77,18 @@ def _overlay_container(overlay: str) -> dict[str, Any]:
 
 
 def _env_read_by_compeer() -> set[str]:
-    """Names reward_server reads from the environment: ``_env("X", ...)`` (the CLI) and ``os.environ.get("X")``."""
-    names: set[str] = set()
-    for src in (ROOT / "reward_server").rglob("*.py"):
-        text = src.read_text()
-        names |= set(re.findall(r'_env\(\s*"([A-Z0-9_]+)"', text))
-        names |= set(re.findall(r'environ(?:\.get)?\(\s*"([A-Z0-9_]+)"', text))
-        names |= set(re.findall(r'environ\[\s*"([A-Z0-9_]+)"\s*\]', text))
+    """Environment names the service reads: those its ``serve --help`` names (``env X``) and the upper-case names
+    its packages spell out as string literals (``os.environ.get("X")``, the model store's ``COMPEER_CACHE``)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        make_parser().parse_args(["serve", "--help"])
+    names = set(re.findall(r"\benv ([A-Z][A-Z0-9_]+)", out.getvalue()))
+    for package in ("reward_server", "judge"):
+        for src in (ROOT / package).rglob("*.py"):
+            names |= set(re.findall(r'"([A-Z][A-Z0-9]*_[A-Z0-9_]+)"', src.read_text()))
     return names
 
 
