@@ -11,13 +11,23 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install proto model run test test-unit test-integration bench lint clean
+# Images and the compose stack (deploy/): a Docker engine with BuildKit; see docs/deploy.md.
+IMAGE ?= compeer-reward:0.1.0-cpu
+TRAINER_IMAGE ?= compeer-trainer:0.1.0-cpu
+REDIS_IMAGE ?= compeer-redis:7
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE_ENV := COMPEER_IMAGE=$(IMAGE) COMPEER_TRAINER_IMAGE=$(TRAINER_IMAGE) REDIS_IMAGE=$(REDIS_IMAGE)
 
-# A venv from the pinned CPU lock (exact versions, no resolver), then the project itself.
-$(STAMP): $(LOCK) pyproject.toml
+.PHONY: install proto model run test test-unit test-integration test-deploy bench lint clean \
+	image image-trainer image-redis compose-up compose-down
+
+# A venv from the pinned CPU lock (exact versions, no resolver), then the project itself. deploy/install_lock.py
+# installs the lock as one `pip install --no-deps -r` where pip's local sources hold its +cpu torch, else that one
+# pin from the PyTorch CPU index first (a fresh machine).
+$(STAMP): $(LOCK) pyproject.toml deploy/install_lock.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip "setuptools>=77" wheel
-	$(BIN)/pip install -q --no-deps -r $(LOCK)
+	$(BIN)/python deploy/install_lock.py $(LOCK)
 	$(BIN)/pip install -q --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $(STAMP)
 
@@ -36,8 +46,9 @@ model: install
 run: model
 	$(BIN)/compeer-reward serve $(ARGS)
 
+# -rs: a skipped test says why (the deploy tier skips, with a warning, where no Docker engine answers).
 test: model
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -rs tests
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit
@@ -45,12 +56,34 @@ test-unit: install
 test-integration: model
 	$(BIN)/python -m pytest -q -m integration tests/integration
 
+# The deploy tier alone: builds the images, runs the compose stack, kills a replica mid-run (tests/deploy).
+test-deploy: install
+	$(BIN)/python -m pytest -q -rs -m deploy tests/deploy
+
+image:
+	deploy/docker/build-image.sh runtime $(IMAGE)
+
+image-trainer:
+	deploy/docker/build-image.sh trainer $(TRAINER_IMAGE)
+
+image-redis:
+	deploy/docker/build-image.sh redis $(REDIS_IMAGE)
+
+# Redis + two reward replicas (vLLM-CPU; COMPEER_BACKEND=transformers for ~1.5 GB a replica); add the GRPO smoke
+# trainer with: $(COMPOSE) -f deploy/compose/compose.yaml --profile smoke up trainer
+compose-up: image image-trainer image-redis
+	$(COMPOSE_ENV) $(COMPOSE) -f deploy/compose/compose.yaml up -d redis reward-a reward-b
+
+compose-down:
+	$(COMPOSE_ENV) $(COMPOSE) -f deploy/compose/compose.yaml --profile smoke down -v --remove-orphans
+
 bench: model
 	$(BIN)/python -m bench.run $(ARGS)
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy cer judge reward_server
+	$(BIN)/mypy cer judge reward_server deploy/install_lock.py deploy/docker/prune_venv.py
+	$(BIN)/hadolint deploy/docker/Dockerfile.cpu deploy/docker/Dockerfile.cuda deploy/docker/Dockerfile.redis
 
 clean:
 	rm -rf compeer build *.egg-info
