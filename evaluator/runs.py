@@ -62,6 +62,10 @@ class RunDir:
             if diff:
                 raise RunError(f"{path} was run with other settings ({', '.join(diff)}); resume with the same "
                                "settings, or pass --overwrite / another --out")
+            items = path / ITEMS
+            if items.exists() and items.stat().st_size and not items.read_bytes().endswith(b"\n"):
+                with items.open("a", encoding="utf-8") as fh:  # a line cut short by a kill stays alone on its line
+                    fh.write("\n")
             log.info("resuming the run in %s", path)
         else:
             path.mkdir(parents=True, exist_ok=True)
