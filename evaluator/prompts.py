@@ -23,7 +23,7 @@ from evaluator.backends import ChatRole, Message, named_strategy
 
 LANGUAGES = ("english", "chinese")
 SCORE_MIN, SCORE_MAX = 0, 4
-REASON_MAX_CHARS = 160
+REASON_MAX_CHARS = 120
 #: The scorer's answer: a one-line reason, then the score (sent as a structured-output regex where supported).
 SCORE_REGEX = rf"Reason: [^\n]{{1,{REASON_MAX_CHARS}}}\nScore: [{SCORE_MIN}-{SCORE_MAX}]"
 #: The SAGE seeker's analysis step: a one-line analysis, then the change of its emotion score.
