@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,9 @@ class ChatRole:
     """One role's model behind the cached, validating generate loop.
 
     ``ask`` never makes up an answer: a reply the validator rejects after the retries comes back with
-    ``value is None`` (and ``error``); an engine failure raises :class:`EngineError`.
+    ``value is None`` (and ``error``); an engine failure raises :class:`EngineError`. Identical asks in flight at
+    once (same messages, sampling and validator: two dialogues that coincide) share one generation, as a later
+    identical ask shares the cached one.
     """
 
     def __init__(self, role: str, spec: ModelSpec, engine: Engine, identity: str, cache_dir: Path | None,
@@ -215,6 +217,7 @@ class ChatRole:
         self.engine = engine
         self.llm = LLM(LLMSettings(backend=spec.backend, model=identity, max_retries=spec.max_retries,
                                    cache_dir=cache_dir, seed=seed), engine=engine)
+        self._inflight: dict[str, asyncio.Future[Completion[Any]]] = {}
 
     @property
     def supports_regex(self) -> bool:
@@ -225,12 +228,19 @@ class ChatRole:
         return {"identity": self.identity, "backend": self.spec.backend, "base_url": self.spec.base_url,
                 "max_tokens": self.spec.max_tokens, "temperature": self.spec.temperature}
 
-    async def ask(self, messages: list[Message], validate: Any, request_id: str, *, max_tokens: int | None = None,
+    async def ask(self, messages: list[Message], validate: Any, request_id: str, *,
                   regex: str | None = None) -> Completion[Any]:
         """Generate, validate, retry, cache; raise :class:`EngineError` when the engine fails."""
-        params = GenParams(max_tokens=max_tokens or self.spec.max_tokens, temperature=self.spec.temperature,
+        params = GenParams(max_tokens=self.spec.max_tokens, temperature=self.spec.temperature,
                            regex=regex if self.supports_regex else None)
-        done = await self.llm.complete(messages, params, validate, request_id)
+        key = json.dumps([messages, asdict(params), getattr(validate, "__qualname__", repr(validate))],
+                         sort_keys=True, ensure_ascii=False)
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self.llm.complete(messages, params, validate, request_id))
+            self._inflight[key] = task
+            task.add_done_callback(lambda _: self._inflight.pop(key, None))
+        done = await asyncio.shield(task)
         if done.error and done.error.startswith("engine_error"):
             raise EngineError(done.error)
         return done

@@ -80,6 +80,14 @@ async def test_calls_are_cached_across_runs(tmp_path: Path) -> None:
     assert all(e.starts == 0 for e in engines.values())  # nothing generated: no engine started
 
 
+async def test_identical_asks_in_flight_share_one_generation(tmp_path: Path) -> None:
+    roles, engines = fake_roles(lambda m, p: "same", lambda m, p: "", lambda m, p: "", tmp_path)
+    msgs = [{"role": "user", "content": "hello"}]
+    a, b, c = await asyncio.gather(roles.model.ask(msgs, str.strip, "a"), roles.model.ask(msgs, str.strip, "b"),
+                                   roles.model.ask([{"role": "user", "content": "other"}], str.strip, "c"))
+    assert a.value == b.value == c.value == "same" and len(engines["model"].calls) == 2
+
+
 def test_model_specs_and_policy_checkpoints(tmp_path: Path) -> None:
     import argparse
 
