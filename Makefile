@@ -50,7 +50,7 @@ bench: model
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy cer reward_server
+	$(BIN)/mypy cer reward_server evaluator
 
 clean:
 	rm -rf compeer build *.egg-info

@@ -119,7 +119,8 @@ def _reply_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def write_report(run_paths: list[Path], out: Path) -> Path:
-    """``report.md`` (and its PNGs) over the runs; each run's ``results.json`` is (re)written too."""
+    """``report.md``, its PNGs and ``summary.json`` (each run's summary) over the runs; each run's ``results.json`` is
+    (re)written too."""
     out.mkdir(parents=True, exist_ok=True)
     runs = [RunDir(p) for p in run_paths]
     by_harness: dict[str, dict[str, tuple[RunDir, dict[str, Any]]]] = {}
@@ -139,6 +140,8 @@ def write_report(run_paths: list[Path], out: Path) -> Path:
         lines += _gold_section(by_harness[gold.HARNESS])
     path = out / REPORT
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    summaries = {label: s for runs_of in by_harness.values() for label, (_, s) in runs_of.items()}
+    (out / "summary.json").write_text(json.dumps(summaries, indent=2, ensure_ascii=False), encoding="utf-8")
     return path
 
 
