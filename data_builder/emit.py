@@ -35,7 +35,16 @@ from cer.taxonomy import Taxonomy, load_taxonomy
 from cer.verdicts import Preference, Verdict
 from data_builder.records import JUDGE_ITEM, ROUND, Record, base_dialogue_id, read_records, turns_of
 from data_builder.stage import StageRun, add_common, limited, progress, stable_unit
-from reward_server.judge import COMPONENTS, PREFERENCE, Template, load_template, render_judge_chat
+from reward_server.judge import (
+    COMPONENTS,
+    DEFAULT_TEMPLATE,
+    PREFERENCE,
+    REPLY,
+    Template,
+    load_template,
+    mode_components,
+    render_judge_chat,
+)
 from reward_server.types import JudgeMode
 
 if TYPE_CHECKING:  # datasets is imported when used: it costs ~1.5 s, and the other stages never need it
@@ -55,8 +64,9 @@ def judge_features() -> Features:
     return Features({
         "messages": List(msg), "dialogue_id": Value("string"), "history": List(turn), "reference": Value("string"),
         "candidate": Value("string"),
+        # the labels of the components the row's mode judges; the others are null
         "labels": {"step1": Value("bool"), "step2": Value("bool"), "step3": Value("bool"),
-                   "preference": Value("string")},
+                   "preference": Value("string"), "reply": Value("bool")},
         "mode": Value("string"), "source": Value("string"),
     })
 
@@ -84,22 +94,29 @@ def heldout_dialogues(dialogue_ids: Iterable[str], fraction: float, seed: int = 
     return set(sorted(bases, key=lambda b: stable_unit("heldout", seed, b))[:n])
 
 
-def _verdicts(labels: dict[str, Any]) -> dict[str, Verdict]:
-    out: dict[str, Verdict] = {c: bool(labels[c]) for c in COMPONENTS[:3]}
-    out[PREFERENCE] = Preference(str(labels[PREFERENCE]))
-    return out
+def _verdicts(labels: dict[str, Any], components: Sequence[str]) -> dict[str, Verdict]:
+    return {c: Preference(str(labels[c])) if c == PREFERENCE else _bool(labels[c]) for c in components}
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"a step or reply label must be a boolean, got {value!r}")
+    return value
 
 
 def judge_row(item: Record, mode: str, template: Template, taxonomy: Taxonomy) -> dict[str, Any] | None:
-    """One judge SFT row of ``item`` in ``mode``; None when the candidate is not a complete CER output or a
-    label is missing or invalid."""
+    """One judge SFT row of ``item`` in ``mode``; None when the candidate lacks what the mode judges (a complete
+    CER output; the reply alone for mode ``reply``) or a label the mode needs is missing or invalid."""
     parsed = parse(item["candidate"])
     labels = item.get("labels") or {}
-    if not parsed.ok or any(c not in labels for c in COMPONENTS):
+    jmode = JudgeMode(mode)
+    components = mode_components(jmode)
+    if not (parsed.response is not None if jmode.judges_reply else parsed.ok) or any(c not in labels for c in components):
         return None
     try:
-        verdicts = _verdicts(labels)
-    except ValueError:
+        verdicts = _verdicts(labels, components)
+        known = _verdicts(labels, [c for c in (*COMPONENTS, REPLY) if labels.get(c) is not None])
+    except (ValueError, TypeError):
         return None
     history = turns_of(item["history"])
     rationales = {k: v for k, v in (item.get("rationales") or {}).items() if isinstance(v, str) and v.strip()}
@@ -108,8 +125,8 @@ def judge_row(item: Record, mode: str, template: Template, taxonomy: Taxonomy) -
     return {"messages": messages, "dialogue_id": item["dialogue_id"],
             "history": [{"role": t.role.value, "text": t.text} for t in history], "reference": item["reference"],
             "candidate": item["candidate"],
-            "labels": {"step1": verdicts["step1"], "step2": verdicts["step2"], "step3": verdicts["step3"],
-                       "preference": str(labels[PREFERENCE])},
+            "labels": {c: (v.value if isinstance(v, Preference) else v) if (v := known.get(c)) is not None else None
+                       for c in (*COMPONENTS, REPLY)},
             "mode": mode, "source": str(item.get("source", "silver"))}
 
 
@@ -212,7 +229,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_common(p)
     p.add_argument("--modes", nargs="+", default=list(SFT_MODES), choices=SFT_MODES, help="judge SFT modes")
     p.add_argument("--heldout-fraction", type=float, default=0.1, help="share of dialogues held out")
-    p.add_argument("--template", default="unifireward-v1", help="judge template version or YAML")
+    p.add_argument("--template", default=DEFAULT_TEMPLATE, help="judge template version or YAML")
     p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
     p.set_defaults(run=run)
 

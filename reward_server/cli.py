@@ -15,7 +15,7 @@ from reward_server.engines import BACKENDS
 from reward_server.engines.base import EngineConfig
 from reward_server.engines.hf_engine import GRAMMAR_BACKENDS, GRAMMAR_KERNELS
 from reward_server.judge import DEFAULT_TEMPLATE, JudgeSettings
-from reward_server.types import JudgeMode, Limits
+from reward_server.types import SCORE_MODES, JudgeMode, Limits
 
 
 def _env(name: str, default: Any) -> Any:
@@ -42,7 +42,7 @@ def make_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-ttl-s", type=float, default=86_400.0)
     s.add_argument("--template", default=DEFAULT_TEMPLATE, help="judge template version or YAML path")
     s.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML (default: ESConv's eight)")
-    s.add_argument("--default-mode", choices=[m.value for m in JudgeMode], default="unified")
+    s.add_argument("--default-mode", choices=[m.value for m in SCORE_MODES], default="unified")
     s.add_argument("--seed", type=int, default=0, help="engine seed")
     s.add_argument("--temperature", type=float, default=0.0, help="judge temperature (0: greedy, cacheable)")
     s.add_argument("--max-retries", type=int, default=2, help="re-generations of an unparsable round")

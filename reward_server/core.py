@@ -29,6 +29,7 @@ from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, Se
 from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, CandidateJudgment, Judge, load_template
 from reward_server.metrics import Metrics
 from reward_server.types import (
+    SCORE_MODES,
     CandidateResult,
     ErrorInfo,
     FormatResult,
@@ -193,7 +194,7 @@ class RewardCore:
         e = self.config.engine
         return InfoResponse(model=e.model_id, revision=e.revision, adapter=e.adapter_id or e.adapter,
                             backend=e.backend,
-                            template_version=self.template.version, modes=list(JudgeMode),
+                            template_version=self.template.version, modes=list(SCORE_MODES),
                             default_mode=self.config.default_mode, limits=self.config.limits,
                             sampling=self.sampling, version=__version__, cache=self.cache.kind,
                             embedding_model=self.embedder.model_id if self.embedder else "off")

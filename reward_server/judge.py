@@ -27,11 +27,22 @@ from reward_server.types import JudgeMode
 #: Component names, in judging order.
 STEP_COMPONENTS: tuple[str, ...] = ("step1", "step2", "step3")
 PREFERENCE = "preference"
+#: The point-wise judgment of a plain reply (mode ``reply``; True | False like a step).
+REPLY = "reply"
+#: The components of a CER candidate (the reply verdict of mode ``reply`` is not one of them).
 COMPONENTS: tuple[str, ...] = (*STEP_COMPONENTS, PREFERENCE)
-DEFAULT_TEMPLATE = "unifireward-v1"
+DEFAULT_TEMPLATE = "unifireward-v2"
+
+
+def mode_components(mode: JudgeMode) -> tuple[str, ...]:
+    """The components a mode's judge decides, in judging order (unified: steps + preference; prm: steps; orm: the
+    preference; reply: the point-wise reply verdict)."""
+    return tuple(c for c in (*COMPONENTS, REPLY) if (c == PREFERENCE and mode.judges_preference)
+                 or (c in STEP_COMPONENTS and mode.judges_steps) or (c == REPLY and mode.judges_reply))
 
 
 def component_kind(component: str) -> Kind:
+    """The verdict labels a component is answered with."""
     return Kind.PREFERENCE if component == PREFERENCE else Kind.STEP
 
 
@@ -46,6 +57,12 @@ class Template:
     step_round: str
     preference_round: str
     single_pass_round: str
+    #: Only the last ``history_turns`` turns are shown (older ones are counted); None shows them all.
+    history_turns: int | None = None
+    #: Step 3 with the candidate's reply beside it ({question}, {content}, {response}); None: ``step_round``.
+    strategy_round: str | None = None
+    #: The point-wise round of mode ``reply`` ({response}); None: the template cannot judge plain replies.
+    reply_round: str | None = None
 
 
 @lru_cache(maxsize=8)
@@ -64,8 +81,13 @@ def load_template(name_or_path: str = DEFAULT_TEMPLATE) -> Template:
         qs = tuple(data["step_questions"])
         if len(qs) != 3:
             raise ValueError("step_questions must have 3 entries")
+        turns = data.get("history_turns")
+        if turns is not None and (not isinstance(turns, int) or turns < 1):
+            raise ValueError(f"history_turns must be a positive integer or absent (got {turns!r})")
         return Template(str(data["version"]), data["system"], data["context"], (qs[0], qs[1], qs[2]),
-                        data["step_round"], data["preference_round"], data["single_pass_round"])
+                        data["step_round"], data["preference_round"], data["single_pass_round"],
+                        history_turns=turns, strategy_round=data.get("strategy_round"),
+                        reply_round=data.get("reply_round"))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"judge template {name_or_path!r} is malformed: {exc}") from exc
 
@@ -82,15 +104,22 @@ class RoundPlan:
         return [component_kind(c) for c in self.components]
 
 
-def render_history(history: list[Turn]) -> str:
-    """The conversation as the judge reads it: one ``Seeker:`` / ``Supporter:`` line per turn."""
+def render_history(history: list[Turn], max_turns: int | None = None) -> str:
+    """The conversation as the judge reads it: one ``Seeker:`` / ``Supporter:`` line per turn; with ``max_turns``
+    only the last ``max_turns`` turns, after a line counting the ones left out."""
     if not history:
         return "(no earlier turns)"
-    return "\n".join(f"{t.role.value.capitalize()}: {' '.join(t.text.split())}" for t in history)
+    shown = history if max_turns is None else history[-max_turns:]
+    lines = [f"{t.role.value.capitalize()}: {' '.join(t.text.split())}" for t in shown]
+    if len(shown) < len(history):
+        lines.insert(0, f"({len(history) - len(shown)} earlier turns not shown)")
+    return "\n".join(lines)
 
 
-def _step_text(template: Template, taxonomy: Taxonomy, index: int, content: str) -> str:
+def _step_text(template: Template, taxonomy: Taxonomy, index: int, content: str, response: str | None) -> str:
     question = template.step_questions[index].format(strategies=", ".join(taxonomy.names))
+    if index == 2 and template.strategy_round is not None and response is not None:
+        return template.strategy_round.format(question=question, content=content, response=response)
     return template.step_round.format(question=question, content=content)
 
 
@@ -101,6 +130,11 @@ def plan_rounds(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history
     The first round's message starts with the conversation (shared prefix across the group and rounds).
     """
     wanted: list[str] = []
+    if mode.judges_reply:
+        if template.reply_round is None:
+            raise ValueError(f"judge template {template.version} has no reply_round: it cannot judge mode 'reply'")
+        if parsed.response is not None:
+            wanted.append(REPLY)
     if mode.judges_steps:
         wanted += [c for i, c in enumerate(STEP_COMPONENTS) if parsed.step(i) is not None]
     if mode.judges_preference and parsed.response is not None:
@@ -111,8 +145,11 @@ def plan_rounds(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history
     def body(component: str) -> str:
         if component == PREFERENCE:
             return template.preference_round.format(reference=reference, response=parsed.response)
+        if component == REPLY:
+            assert template.reply_round is not None
+            return template.reply_round.format(response=parsed.response)
         i = STEP_COMPONENTS.index(component)
-        return _step_text(template, taxonomy, i, parsed.step(i) or "")
+        return _step_text(template, taxonomy, i, parsed.step(i) or "", parsed.response)
 
     if mode is JudgeMode.SINGLE_PASS:
         items = "\n\n".join(body(c) for c in wanted)
@@ -123,13 +160,13 @@ def plan_rounds(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history
     else:
         rounds = [RoundPlan((c,), body(c)) for c in wanted]
     if rounds:
-        context = template.context.format(history=render_history(history))
+        context = template.context.format(history=render_history(history, template.history_turns))
         rounds[0] = RoundPlan(rounds[0].components, f"{context}\n\n{rounds[0].user}")
     return rounds
 
 
 def _label(component: str) -> str:
-    return "reply" if component == PREFERENCE else component.replace("step", "step ")
+    return "reply" if component in (PREFERENCE, REPLY) else component.replace("step", "step ")
 
 
 RATIONALE_KEY = "Rationale: "
@@ -268,6 +305,6 @@ def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, h
     return messages
 
 
-__all__ = ["COMPONENTS", "PREFERENCE", "STEP_COMPONENTS", "STEP_PARTS", "CandidateJudgment", "Judge",
+__all__ = ["COMPONENTS", "PREFERENCE", "REPLY", "STEP_COMPONENTS", "STEP_PARTS", "CandidateJudgment", "Judge",
            "JudgeSettings", "RoundPlan", "Template", "load_template", "plan_rounds", "render_history",
            "render_judge_chat", "round_constraint", "round_regex"]

@@ -21,14 +21,23 @@ class JudgeMode(str, enum.Enum):
     SINGLE_PASS = "single_pass"  # one generation judges every component
     PRM = "prm"  # steps only
     ORM = "orm"  # reply preference only
+    REPLY = "reply"  # a plain reply judged point-wise (True | False), no reasoning parts, no reference
 
     @property
     def judges_steps(self) -> bool:
-        return self is not JudgeMode.ORM
+        return self in (JudgeMode.UNIFIED, JudgeMode.SINGLE_PASS, JudgeMode.PRM)
 
     @property
     def judges_preference(self) -> bool:
-        return self is not JudgeMode.PRM
+        return self in (JudgeMode.UNIFIED, JudgeMode.SINGLE_PASS, JudgeMode.ORM)
+
+    @property
+    def judges_reply(self) -> bool:
+        return self is JudgeMode.REPLY
+
+
+#: The modes ScoreGroup / ScoreBatch serve (``reply`` results have no wire shape there yet).
+SCORE_MODES: tuple[JudgeMode, ...] = tuple(m for m in JudgeMode if not m.judges_reply)
 
 
 class Status(str, enum.Enum):

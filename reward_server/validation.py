@@ -7,7 +7,7 @@ its own ``invalid_input`` result, so nothing else in the group or the batch is l
 from __future__ import annotations
 
 from reward_server.errors import InvalidArgument
-from reward_server.types import ErrorInfo, GroupRequest, JudgeMode, Limits
+from reward_server.types import SCORE_MODES, ErrorInfo, GroupRequest, JudgeMode, Limits
 
 
 def _too_long(text: str, limits: Limits, field: str) -> InvalidArgument | None:
@@ -18,6 +18,9 @@ def _too_long(text: str, limits: Limits, field: str) -> InvalidArgument | None:
 
 def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: str = "") -> None:
     """Raise InvalidArgument (field path + limit) for problems that make the whole group unscorable."""
+    if mode not in SCORE_MODES:
+        raise InvalidArgument(f"mode {mode.value!r} is not served by this endpoint; use one of "
+                              f"{', '.join(m.value for m in SCORE_MODES)}", f"{prefix}options.mode")
     n = len(req.candidates)
     if n == 0:
         raise InvalidArgument("at least 1 candidate is required", f"{prefix}candidates")

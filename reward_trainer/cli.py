@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reward_server.judge import DEFAULT_TEMPLATE
 from reward_trainer import VARIANTS
 
 COMMANDS = ("judge", "judge-eval", "judge-ablation")
@@ -33,7 +34,7 @@ def _eval_flags() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="judge sampling seed (retries sample)")
     g.add_argument("--concurrency", type=int, default=32, help="items judged concurrently")
     g.add_argument("--max-batch", type=int, default=32, help="engine micro-batch size (transformers)")
-    g.add_argument("--template", default="unifireward-v1", help="judge template version")
+    g.add_argument("--template", default=DEFAULT_TEMPLATE, help="judge template version")
     g.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML (default: the packaged one)")
     g.add_argument("--no-base", action="store_true", help="skip the untrained base judge rows")
     g.add_argument("--no-audit", action="store_true", help="skip the Fig. 5a inconsistency audit")

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from trl import SFTConfig
 
+from reward_server.judge import DEFAULT_TEMPLATE
 from reward_trainer import VARIANTS
 
 DEFAULT_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -52,7 +53,7 @@ class JudgeSFTConfig(SFTConfig):
                           "'float32' or 'bfloat16'."},
     )
     template: str = field(
-        default="unifireward-v1",
+        default=DEFAULT_TEMPLATE,
         metadata={"help": "Judge template version (reward_server/templates) the SFT set must have been rendered "
                           "with; the serving judge uses the same one."},
     )

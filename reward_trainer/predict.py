@@ -18,7 +18,15 @@ from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference, Verdict
 from reward_server.engines.base import Engine, EngineConfig, EngineError
-from reward_server.judge import COMPONENTS, PREFERENCE, STEP_COMPONENTS, Judge, JudgeSettings, load_template
+from reward_server.judge import (
+    DEFAULT_TEMPLATE,
+    PREFERENCE,
+    STEP_COMPONENTS,
+    Judge,
+    JudgeSettings,
+    load_template,
+    mode_components,
+)
 from reward_server.types import JudgeMode
 
 log = logging.getLogger(__name__)
@@ -47,10 +55,8 @@ class Prediction:
 
 
 def components_of(variant: str) -> tuple[str, ...]:
-    """The components a variant's judge decides (unified: all four; prm: steps; orm: the preference)."""
-    mode = JudgeMode(variant)
-    return tuple(c for c in COMPONENTS if (c == PREFERENCE and mode.judges_preference)
-                 or (c in STEP_COMPONENTS and mode.judges_steps))
+    """The components a variant's judge decides (see :func:`reward_server.judge.mode_components`)."""
+    return mode_components(JudgeMode(variant))
 
 
 def item_key(dialogue_id: str, candidate: str) -> str:
@@ -89,7 +95,7 @@ class JudgeRuntime:
     model: str = "default"
     device: str = "auto"
     max_batch: int = 32
-    template: str = "unifireward-v1"
+    template: str = DEFAULT_TEMPLATE
     taxonomy: str | None = None
     settings: JudgeSettings = field(default_factory=lambda: JudgeSettings(seed=0))
     concurrency: int = 32

@@ -49,7 +49,7 @@ async def test_group_of_four_over_grpc_then_cache_hit_over_http(reward_server: R
     assert not any(s.judged for s in untagged.steps) and untagged.rewards.total == -5.0
     meta = first.meta
     assert meta.model == "HuggingFaceTB/SmolLM2-135M-Instruct" and "sha256:" in meta.revision
-    assert meta.template_version == "unifireward-v1" and meta.sampling.constrained is True
+    assert meta.template_version == "unifireward-v2" and meta.sampling.constrained is True
     assert meta.judge_rounds >= 12 and meta.inference_ms > 0
     # The constrained judge answers in the grammar: the three tagged candidates parse.
     assert all(r.status is Status.OK for r in first.results)

@@ -27,17 +27,34 @@ from reward_server.types import JudgeMode
 CAND = ("<analysis>Exam stress; exploration.</analysis><emotion>negative; anxiety; 4</emotion>"
         "<strategy>Question: learn more.</strategy><response>What worries you most?</response>")
 HISTORY = [Turn(Role.SEEKER, "I have exams next week and I can't sleep.")]
-GOLD = {"step1": True, "step2": False, "step3": True, "preference": Preference.BOTH_GOOD}
+GOLD = {"step1": True, "step2": False, "step3": True, "preference": Preference.BOTH_GOOD, "reply": False}
 
 
 @pytest.mark.parametrize("mode,rounds", [(JudgeMode.UNIFIED, [("step1",), ("step2",), ("step3",), ("preference",)]),
                                          (JudgeMode.SINGLE_PASS, [("step1", "step2", "step3", "preference")]),
                                          (JudgeMode.PRM, [("step1",), ("step2",), ("step3",)]),
-                                         (JudgeMode.ORM, [("preference",)])])
+                                         (JudgeMode.ORM, [("preference",)]),
+                                         (JudgeMode.REPLY, [("reply",)])])
 def test_rounds_per_mode(mode: JudgeMode, rounds: list[tuple[str, ...]]) -> None:
     plans = plan_rounds(load_template(), load_taxonomy(), mode, HISTORY, "Sleep matters.", parse(CAND))
     assert [p.components for p in plans] == rounds
     assert plans[0].user.startswith("Conversation so far:\nSeeker: I have exams")
+
+
+def test_v2_shows_the_reply_beside_step_3_and_a_window_of_the_history() -> None:
+    long_history = [Turn(Role.SEEKER if i % 2 == 0 else Role.SUPPORTER, f"turn number {i}") for i in range(21)]
+    template = load_template("unifireward-v2")
+    plans = plan_rounds(template, load_taxonomy(), JudgeMode.UNIFIED, long_history, "Sleep matters.", parse(CAND))
+    assert template.history_turns == 16
+    assert plans[0].user.startswith("Conversation so far:\n(5 earlier turns not shown)\nSupporter: turn number 5\n")
+    assert "turn number 4\n" not in plans[0].user
+    assert "What worries you most?" in plans[2].user and "What worries you most?" not in plans[1].user
+    # v1 keeps its prompts: the whole history, no reply beside step 3, no reply round
+    v1 = load_template("unifireward-v1")
+    plans = plan_rounds(v1, load_taxonomy(), JudgeMode.UNIFIED, long_history, "Sleep matters.", parse(CAND))
+    assert "turn number 0\n" in plans[0].user and "What worries you most?" not in plans[2].user
+    with pytest.raises(ValueError, match="no reply_round"):
+        plan_rounds(v1, load_taxonomy(), JudgeMode.REPLY, HISTORY, None, parse(CAND))
 
 
 @pytest.mark.parametrize("mode", list(JudgeMode))

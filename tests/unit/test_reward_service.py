@@ -98,7 +98,7 @@ async def test_group_scored_identically_over_both_fronts(svc: Service) -> None:
         assert h["preference"] == g["preference"] == {"verdict": "second", "valid": True, "judged": True}
         assert h["similarity"] is not None and g["similarity"] is not None
     assert http_json["meta"]["model"] == "fake-judge" and http_json["meta"]["revision"] == "r1"
-    assert http_json["meta"]["template_version"] == "unifireward-v1"
+    assert http_json["meta"]["template_version"] == "unifireward-v2"
     assert http_json["meta"]["sampling"]["temperature"] == 0.0
 
 
@@ -275,6 +275,10 @@ async def test_modes(svc: Service) -> None:
     # prm needs no reference
     r = await svc.http.post("/v1/score", json={"history": HISTORY, "candidates": [GOOD], "options": {"mode": "prm"}})
     assert r.status_code == 200
+    # the judge protocol's point-wise reply mode has no ScoreGroup result shape: refused by name, not half-served
+    r = await svc.http.post("/v1/score", json=body([GOOD], mode="reply"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "options.mode"
+    assert "unified" in r.json()["error"]["message"]
 
 
 async def test_similarities_use_the_reply_part(svc: Service) -> None:
@@ -290,6 +294,7 @@ async def test_info_over_both_fronts(svc: Service) -> None:
     g = convert.info_from_pb(await svc.stub.Info(pb.InfoRequest())).to_json()
     assert h == g
     assert h["limits"]["max_candidates"] == 64 and "unified" in h["modes"] and h["cache"] == "memory"
+    assert "reply" not in h["modes"]
 
 
 async def test_redis_cache_real_and_down(redis_url: str) -> None:
