@@ -223,11 +223,6 @@ class ChatRole:
     def supports_regex(self) -> bool:
         return self.engine.supports_regex
 
-    def describe(self) -> dict[str, Any]:
-        """What results record about this role (no secrets)."""
-        return {"identity": self.identity, "backend": self.spec.backend, "base_url": self.spec.base_url,
-                "max_tokens": self.spec.max_tokens, "temperature": self.spec.temperature}
-
     async def ask(self, messages: list[Message], validate: Any, request_id: str, *,
                   regex: str | None = None) -> Completion[Any]:
         """Generate, validate, retry, cache; raise :class:`EngineError` when the engine fails."""
@@ -254,9 +249,6 @@ class Roles:
     simulator: ChatRole
     scorer: ChatRole
     pool: EnginePool
-
-    def describe(self) -> dict[str, Any]:
-        return {r: getattr(self, r).describe() for r in ROLES}
 
     async def aclose(self) -> None:
         await self.pool.aclose()

@@ -39,9 +39,10 @@ def _digest(path: Path | None) -> str:
     return "packaged" if path is None else hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def _run_options(p: argparse.ArgumentParser, model_format: str, roles: tuple[str, ...]) -> None:
+def _run_options(p: argparse.ArgumentParser, model_format: str, roles: tuple[str, ...],
+                 limit: int | None = None, limit_help: str = "evaluate only the first N inputs") -> None:
     p.add_argument("--out", type=Path, required=True, help="run folder (created; the same folder again resumes)")
-    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N inputs")
+    p.add_argument("--limit", type=int, default=limit, help=f"{limit_help} (default: {limit or 'all'})")
     p.add_argument("--concurrency", type=int, default=4, help="dialogues in flight (engines batch their requests)")
     p.add_argument("--model-format", choices=("plain", "cer"), default=model_format,
                    help="plain: any chat model, its output is the reply; cer: the CER policy prompt, the reply is the "
@@ -70,8 +71,7 @@ def make_parser() -> argparse.ArgumentParser:
     _run_options(p, "plain", ("model", "simulator"))
     p = sub.add_parser("gold", help="ESConv held-out turns: BLEU-2, ROUGE-L, strategy accuracy, distinct-n")
     p.add_argument("--esconv", type=Path, required=True, help="ESConv JSON (e.g. shared/data/esconv/valid.json)")
-    _run_options(p, "cer", ("model",))
-    p.set_defaults(limit=200)
+    _run_options(p, "cer", ("model",), 200, "evaluate N held-out turns picked at random with --seed")
     p = sub.add_parser("cards", help="build ESC-Eval role cards from ESConv dialogues")
     p.add_argument("--esconv", type=Path, required=True, help="ESConv JSON")
     p.add_argument("--out", type=Path, required=True, help="cards JSON to write")
