@@ -188,13 +188,14 @@ def _sage_section(runs: dict[str, tuple[RunDir, dict[str, Any]]], out: Path) -> 
 
 def _gold_section(runs: dict[str, tuple[RunDir, dict[str, Any]]]) -> list[str]:
     lines = ["## ESConv held-out turns (gold replies)", "",
-             "| run | turns | BLEU-2 | ROUGE-L | strategy acc. % | distinct-1 | distinct-2 | mean length |",
-             "|---|---|---|---|---|---|---|---|"]
+             ("| run | turns | BLEU-2 | ROUGE-L | strategy acc. % | CER well formed % | distinct-1 | distinct-2 | "
+             "mean length |"), "|---|---|---|---|---|---|---|---|---|"]
     for label, (_, s) in runs.items():
         acc = s.get("strategy", {}).get("accuracy") if s.get("strategy") else None
         r = s["replies"]
         lines.append(f"| {label} | {s['answered']}/{s['turns']} | {_fmt(s['bleu_2'])} | {_fmt(s['rouge_l'])} | "
-                     f"{_fmt(acc)} | {_fmt(r['distinct_1'])} | {_fmt(r['distinct_2'])} | {_fmt(r['mean_length'], 1)} |")
+                     f"{_fmt(acc)} | {_fmt(s.get('format_ok_rate'), 1)} | {_fmt(r['distinct_1'])} | "
+                     f"{_fmt(r['distinct_2'])} | {_fmt(r['mean_length'], 1)} |")
     ref = next(iter(runs.values()))[1]["references"]
     lines += ["", (f"Gold replies themselves: distinct-1 {_fmt(ref['distinct_1'])}, "
                    f"distinct-2 {_fmt(ref['distinct_2'])}, mean length {_fmt(ref['mean_length'], 1)} tokens."), ""]
