@@ -82,7 +82,7 @@ bench: model
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy cer judge reward_server deploy/install_lock.py deploy/docker/prune_venv.py
+	$(BIN)/mypy cer judge reward_server evaluator deploy/install_lock.py deploy/docker/prune_venv.py
 	$(BIN)/hadolint deploy/docker/Dockerfile.cpu deploy/docker/Dockerfile.cuda deploy/docker/Dockerfile.redis
 
 clean:

@@ -26,6 +26,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the D/R/P ablation builds its training sets with the emit stage's functions
     "reward_trainer": ("cer", "judge", "data_builder.emit", "data_builder.records"),
     "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store"),
+    # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
+    # wrapper (on judge.generation) and its step-3 strategy rule
+    "evaluator": ("cer", "judge", "data_builder.llm", "data_builder.generate"),
 }
 
 

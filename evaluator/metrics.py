@@ -1,0 +1,94 @@
+"""Judge-independent figures of a run: distinct-n, reply length, and against gold replies BLEU-2, ROUGE-L and
+strategy accuracy.
+
+Tokens: lower-cased words and punctuation marks, with every CJK character a token of its own (the usual way
+Chinese ESC papers count). BLEU-2 is NLTK's corpus BLEU with weights (0.5, 0.5) and Chen & Cherry's smoothing 1,
+times 100; ROUGE-L is the mean F-measure of Google's ``rouge-score`` over the pairs (on the same tokens), times 100;
+distinct-n is the number of distinct n-grams over all n-grams of all replies (Li et al., 2016), times 100.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+_TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\w\s]",
+                    re.UNICODE)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word, punctuation and single-CJK-character tokens."""
+    return _TOKEN.findall(text.lower())
+
+
+def distinct_n(texts: Sequence[str], n: int) -> float | None:
+    """Distinct n-grams / all n-grams over ``texts``, times 100 (None when there is no n-gram at all)."""
+    grams = [tuple(toks[i:i + n]) for toks in map(tokenize, texts) for i in range(len(toks) - n + 1)]
+    return 100.0 * len(set(grams)) / len(grams) if grams else None
+
+
+def mean_length(texts: Sequence[str]) -> float | None:
+    """Mean number of tokens per text (None for no text)."""
+    return sum(len(tokenize(t)) for t in texts) / len(texts) if texts else None
+
+
+def bleu2(hypotheses: Sequence[str], references: Sequence[str]) -> float | None:
+    """Corpus BLEU-2 (NLTK, smoothing 1) times 100; None for no pair."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"bleu2: {len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        return None
+    from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu
+
+    score = corpus_bleu([[tokenize(r)] for r in references], [tokenize(h) for h in hypotheses],
+                        weights=(0.5, 0.5), smoothing_function=SmoothingFunction().method1)
+    return 100.0 * float(score)
+
+
+class _Tokens:
+    """``rouge-score`` tokenizer protocol over :func:`tokenize` (its own drops non-ASCII text)."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return tokenize(text)
+
+
+def rouge_l(hypotheses: Sequence[str], references: Sequence[str]) -> float | None:
+    """Mean ROUGE-L F-measure (``rouge-score``) times 100; None for no pair."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"rouge_l: {len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        return None
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Tokens())
+    scores = [scorer.score(r, h)["rougeL"].fmeasure for h, r in zip(hypotheses, references)]
+    return 100.0 * sum(scores) / len(scores)
+
+
+def strategy_accuracy(predicted: Sequence[str | None], gold: Sequence[str | None]) -> dict[str, Any]:
+    """Accuracy (times 100) of predicted strategies over the items with a gold strategy.
+
+    A prediction of None (no ``<strategy>`` part, or one naming no taxonomy strategy) counts as wrong and is counted
+    in ``unnamed``.
+    """
+    pairs = [(p, g) for p, g in zip(predicted, gold) if g]
+    if not pairs:
+        return {"accuracy": None, "n": 0, "unnamed": 0}
+    correct = sum(1 for p, g in pairs if p == g)
+    return {"accuracy": 100.0 * correct / len(pairs), "n": len(pairs), "unnamed": sum(1 for p, _ in pairs if p is None)}
+
+
+def reply_figures(replies: Sequence[str]) -> dict[str, Any]:
+    """distinct-1/2 and mean length of a run's replies."""
+    return {"replies": len(replies), "distinct_1": distinct_n(replies, 1), "distinct_2": distinct_n(replies, 2),
+            "mean_length": mean_length(replies)}
+
+
+def gold_figures(replies: Sequence[str], references: Sequence[str], predicted: Sequence[str | None] | None,
+                 gold_strategies: Sequence[str | None]) -> dict[str, Any]:
+    """BLEU-2, ROUGE-L and (when the model names strategies) strategy accuracy against gold replies."""
+    out: dict[str, Any] = {"bleu_2": bleu2(replies, references), "rouge_l": rouge_l(replies, references)}
+    if predicted is not None:
+        out["strategy"] = strategy_accuracy(predicted, gold_strategies)
+    return out
