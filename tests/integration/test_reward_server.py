@@ -21,6 +21,7 @@ from tests.integration.conftest import RunningServer
 
 pytestmark = pytest.mark.integration
 EXAMPLE = json.loads((Path(__file__).parents[2] / "examples" / "group.json").read_text())
+FIXTURE_ESCONV = Path(__file__).parents[1] / "fixtures" / "data_builder" / "esconv.json"
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -118,3 +119,41 @@ async def test_health_reflection_and_info(reward_server: RunningServer) -> None:
         info = await client.info()
     assert info.backend == "vllm" and info.cache == "redis" and info.limits.max_candidates == 64
     assert info.embedding_model == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+async def test_the_default_is_the_trained_judge_and_its_reward_separates(reward_server: RunningServer) -> None:
+    """`compeer-reward serve` with no flags serves base + the shipped ESConv adapter (merged; named with its hash),
+    and its total reward ranks a real supporter turn with correct reasoning above the same turn with a contradicting
+    emotion, and above a reply from another conversation, on the project's own fixture rounds (not ESConv data)."""
+    from cer.taxonomy import load_taxonomy
+    from data_builder.contrast import build_contrast
+    from data_builder.ingest import ingest_files
+    from data_builder.sample import make_round, rounds_of
+    from data_builder.silver_text import load_config
+
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=600) as http:
+        info = (await http.get("/v1/info")).json()
+        assert info["adapter"].startswith("unifireward-smollm2-esconv@sha256:")
+        example = (await http.post("/v1/score", json=EXAMPLE)).json()
+        assert example["meta"]["adapter"] == info["adapter"]
+        good, broken, good2, untagged = (r["rewards"]["total"] for r in example["results"])
+        assert min(good, good2) > broken > untagged, (good, broken, good2, untagged)
+
+        dialogues, _ = ingest_files([FIXTURE_ESCONV], "esconv")
+        rounds = [make_round(d, rounds_of(d["turns"]), k) for d in dialogues if d["lang"] == "en"
+                  for k in range(2, len(rounds_of(d["turns"])))]
+        assert len(rounds) >= 6
+        groups, _ = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
+        totals: dict[str, list[tuple[float, float]]] = {"wrong_emotion": [], "other_dialogue": []}
+        for g in groups:
+            kinds = ["positive", *totals]
+            body = {"history": g["history"], "reference": g["references"]["gold"],
+                    "candidates": [g["candidates"][k] for k in kinds], "options": {"include_similarity": False}}
+            res = (await http.post("/v1/score", json=body)).json()["results"]
+            got = dict(zip(kinds, (r["rewards"]["total"] for r in res)))
+            for kind, pairs in totals.items():
+                pairs.append((got["positive"], got[kind]))
+    for kind, pairs in totals.items():
+        wins = sum(p > n for p, n in pairs)
+        losses = sum(p < n for p, n in pairs)
+        assert wins > losses and sum(p for p, _ in pairs) > sum(n for _, n in pairs), (kind, pairs)

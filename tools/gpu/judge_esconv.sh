@@ -79,7 +79,7 @@ save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, dst + ".
 shutil.move(dst + ".tmp", dst)
 PY
   [ -d $R/unified-bf16 ] && tar -cf "$OUT"/unified-adapter.tar -C $R unified-bf16
-  [ -f $R/grpo/summary.json ] && tar -cf "$OUT"/grpo.tar -C $R grpo
+  [ -d $R/grpo ] && tar -cf "$OUT"/grpo.tar -C $R grpo  # logs too when the phase failed
   local d=(); for x in eval-unified contrast-trained contrast-base eval-prm-orm prm/compeer_judge.json orm/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
