@@ -3,10 +3,11 @@
 Input: ``compeer-data contrast`` groups (a real turn with correct reasoning and one candidate per kind of
 negative, see :mod:`data_builder.contrast`). Every candidate is judged by the serving judge
 (:class:`judge.conversation.Judge`) in unified mode and rewarded by the service's rules
-(:func:`cer.rewards.candidate_rewards`, what the service's ``total`` is), once per reference: ``gold`` (the real turn, as GRPO sends it) and ``other_round`` (the reply of another round, so
-no candidate repeats the reference). Per judge, reference and kind: the AUC of the total reward, positive vs
-negative (ties count half), and the within-group win / tie / loss shares. A candidate whose total is null
-(parse failure, timeout) is counted as unscored and left out of the AUC, never given a score.
+(:func:`cer.rewards.candidate_rewards`, what the service's ``total`` is), once per reference: ``gold`` (the real
+turn, as GRPO sends it) and ``other_round`` (the reply of another round, so no candidate repeats the reference). Per
+judge, reference and kind: the AUC of the total reward, positive vs negative (ties count half), and the within-group
+win / tie / loss shares. A candidate whose total is null (parse failure, engine error) is counted as unscored and
+left out of the AUC, never given a score.
 """
 
 from __future__ import annotations
