@@ -67,6 +67,11 @@ secret=()
 cert=$("$py" deploy/install_lock.py requirements/cpu.lock --cert || true)
 if [[ -n "$cert" && -s "$cert" ]]; then secret=(--secret "id=pip_cert,src=$cert"); fi
 
+previous=$("$docker_cli" image inspect "$tag" --format '{{.Id}}' 2>/dev/null || true)
 "$docker_cli" build -f deploy/docker/Dockerfile.cpu --target "$target" --build-arg "PYTHON_IMAGE=$base" \
     "${secret[@]}" -t "$tag" .
 "$docker_cli" image inspect "$tag" --format "build-image: $tag {{.Size}} bytes" >&2
+# the image this build replaced under the tag is untagged now: remove it (4-6 GB a rebuild otherwise piles up)
+if [[ -n "$previous" && "$previous" != "$("$docker_cli" image inspect "$tag" --format '{{.Id}}')" ]]; then
+    "$docker_cli" rmi "$previous" >/dev/null 2>&1 || echo "build-image: kept the replaced image $previous (in use)" >&2
+fi
