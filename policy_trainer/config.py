@@ -48,6 +48,11 @@ class CompeerGRPOConfig(GRPOConfig):
         metadata={"help": "gRPC addresses (host:port) of the reward service replicas, used round-robin. "
                           "Required: set `reward_server` in the profile or pass --reward-server ADDR."},
     )
+    orm_reward_server: list[str] = field(
+        default_factory=list,
+        metadata={"help": "judge_mode prm_orm only: gRPC addresses of a separate ORM judge's service; the PRM calls "
+                          "then go to reward_server and the ORM calls here (empty: both to reward_server)."},
+    )
     judge_mode: str = field(
         default=RewardJudgeMode.UNIFIED.value,
         metadata={"help": f"How rewards are judged: {_choices(RewardJudgeMode)}. prm_orm is the paper's POR "
@@ -140,7 +145,14 @@ class CompeerGRPOConfig(GRPOConfig):
             if not _ADDRESS.match(addr):
                 raise ValueError(f"reward_server entry {addr!r} is not host:port (e.g. localhost:50051) or a "
                                  "dns:///host:port target")
+        if isinstance(self.orm_reward_server, str):
+            self.orm_reward_server = [self.orm_reward_server]
+        for addr in self.orm_reward_server:
+            if not _ADDRESS.match(addr):
+                raise ValueError(f"orm_reward_server entry {addr!r} is not host:port (e.g. localhost:50052)")
         self.judge_mode = _enum_value(RewardJudgeMode, self.judge_mode, "judge_mode")
+        if self.orm_reward_server and self.judge_mode != RewardJudgeMode.PRM_ORM.value:
+            raise ValueError("orm_reward_server is used by judge_mode prm_orm only; drop it or set judge_mode: prm_orm")
         self.redundancy_mode = _enum_value(RedundancyMode, self.redundancy_mode, "redundancy_mode")
         self.length_unit = _enum_value(LengthUnit, self.length_unit, "length_unit")
         for name in ("redundancy_alpha", "redundancy_beta"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +17,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
+from cer.modes import JudgeMode
 from judge.model_store import resolve_model
 from policy_trainer.config import CompeerGRPOConfig
 from policy_trainer.data import load_prompt_set
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
-from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings
+from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings, ScoringClient
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
 from reward_server.client import RewardClient
+from reward_server.types import ErrorInfo, GroupRequest, GroupResponse
 
 log = logging.getLogger(__name__)
 FINAL_DIR = "final"
@@ -58,12 +61,35 @@ def install_log_redaction() -> None:
         logger.addFilter(_RedactRewardKwargs())
 
 
-def default_client_factory(cfg: CompeerGRPOConfig) -> ClientFactory:
-    """The real gRPC client over ``cfg.reward_server``."""
-    addresses = list(cfg.reward_server)
+class ModeRoutingClient:
+    """Separate PRM and ORM judges (``orm_reward_server``): each ScoreBatch goes to the client of its groups' mode."""
 
-    def make() -> RewardClient:
-        return RewardClient(addresses, timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries)
+    def __init__(self, prm: ScoringClient, orm: ScoringClient) -> None:
+        self.prm, self.orm = prm, orm
+
+    async def score_batch(self, groups: Sequence[GroupRequest],
+                          timeout_s: float | None = None) -> list[GroupResponse | ErrorInfo]:
+        modes = {g.options.mode for g in groups}
+        if len(modes) != 1:
+            raise ValueError(f"one ScoreBatch must hold one judge mode, got {sorted(str(m) for m in modes)}")
+        client = self.orm if modes == {JudgeMode.ORM} else self.prm
+        return await client.score_batch(groups, timeout_s=timeout_s)
+
+    async def close(self) -> None:
+        await self.prm.close()
+        await self.orm.close()
+
+
+def default_client_factory(cfg: CompeerGRPOConfig) -> ClientFactory:
+    """The real gRPC client over ``cfg.reward_server`` (and ``cfg.orm_reward_server`` for separate ORM judges)."""
+    addresses, orm = list(cfg.reward_server), list(cfg.orm_reward_server)
+
+    def make() -> ScoringClient:
+        prm = RewardClient(addresses, timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries)
+        if not orm:
+            return prm
+        return ModeRoutingClient(prm, RewardClient(orm, timeout_s=cfg.reward_timeout_s,
+                                                   max_retries=cfg.reward_max_retries))
 
     return make
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FIRST_PARTY = ("cer", "judge", "reward_server", "reward_trainer", "data_builder", "policy_trainer", "compeer_cli",
-               "compeer", "bench", "tests")
+FIRST_PARTY = ("cer", "judge", "reward_server", "reward_trainer", "data_builder", "policy_trainer", "evaluator",
+               "compeer_loop", "compeer_cli", "compeer", "bench", "tests")
 
 #: package -> the first-party modules (or module prefixes) it may import besides itself.
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -29,6 +29,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
     # wrapper (on judge.generation) and its step-3 strategy rule
     "evaluator": ("cer", "judge", "data_builder.llm", "data_builder.generate"),
+    # the end-to-end loop composes the others: prompt sets from the pipeline's stages, the warm-up from the policy
+    # trainer, the evaluator's held-out-turn harness and metrics, the trained judge over the service's client
+    "compeer_loop": ("cer", "judge.model_store", "data_builder.emit", "data_builder.ingest", "data_builder.records",
+                     "data_builder.sample", "data_builder.silver", "data_builder.silver_text", "policy_trainer.config",
+                     "policy_trainer.runner", "policy_trainer.warmup", "evaluator", "reward_server.client",
+                     "reward_server.types"),
 }
 
 

@@ -49,7 +49,10 @@ print("MiniLM dequantised:", len(out), "tensors")
 PY
 }
 
-case "${1:?install|stage|bench|run}" in
+case "${1:?install|stage|prepare|bench|run}" in
+prepare)  # alone (tools/gpu/compeer_loop.sh start): the GGUF and MiniLM in /tmp/cp-stage, /tmp/smollm2
+  prepare || exit 1
+  ;;
 install)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu-policy/c1/whl/*.whl || exit 1

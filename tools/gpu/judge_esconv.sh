@@ -96,7 +96,8 @@ wait_pipeline() {
 
 case "${1:?pack|install|stage|start|wait|pipeline}" in
 pack)  # here, not on the device
-  mkdir -p .gpu-judge && grep -qx '/.gpu-judge/' .git/info/exclude 2>/dev/null || echo '/.gpu-judge/' >> .git/info/exclude
+  X=$(git rev-parse --git-path info/exclude) && mkdir -p .gpu-judge "$(dirname "$X")"
+  grep -qx '/.gpu-judge/' "$X" 2>/dev/null || echo '/.gpu-judge/' >> "$X"
   tar -cJf .gpu-judge/esconv.tar.xz -C "${ESCONV_DIR:-../shared/data/esconv}" train.json valid.json
   ls -l .gpu-judge
   ;;

@@ -14,7 +14,8 @@ SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 OUT=.gpu-policy
 rm -rf "$OUT/c1" "$OUT/c2" "$OUT/c3"
 mkdir -p "$OUT/c1/whl" "$OUT/c2" "$OUT/c3"
-grep -qx '/.gpu-policy/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu-policy/' >> .git/info/exclude; }
+X=$(git rev-parse --git-path info/exclude)  # in a worktree: the main repository's (shared) exclude file
+grep -qx '/.gpu-policy/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-policy/' >> "$X"; }
 
 WHEELS=(trl datasets dill multiprocess gguf fastapi starlette pydantic pydantic_core annotated-types
         typing-inspection uvicorn cachetools grpcio grpcio-health-checking grpcio-reflection protobuf xgrammar

@@ -1,0 +1,175 @@
+"""``python -m compeer_loop.cli`` (``compeer-loop``): the COMPEER loop end to end.
+
+    compeer-loop prompts --train ESCONV/train.json --valid ESCONV/valid.json --out DATA
+    compeer-loop plan    --root ROOT --prompts DATA [--steps 30 --arms a b c ... any LoopSettings field]
+    compeer-loop run     --root ROOT [--no-eval]     # servers, warm-up (a), GRPO arms at once, evaluation; resumable
+    compeer-loop status  --root ROOT                 # one line per arm / evaluation from ROOT/state.json
+    compeer-loop warmup  --root ROOT                 # arm (a) alone (run starts it)
+    compeer-loop eval    --root ROOT --policy NAME   # one policy (run starts them)
+    compeer-loop stop    --root ROOT                 # SIGTERM the reward servers run started
+    compeer-loop report  --root ROOT --out DIR       # report.md, curves, side-by-side replies
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from compeer_loop.plan import ARM_BY_NAME, LoopSettings, grpo_overrides, judge_servers
+from compeer_loop.runner import PLAN_FILE, STATE_FILE, WARMUP_ADAPTER, Driver, load_settings, stop_servers
+
+log = logging.getLogger("compeer_loop")
+
+
+def _add_settings(p: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(LoopSettings):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        help_text = f"{f.metadata.get('help', '')} (default: {default})"
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif isinstance(default, list):
+            p.add_argument(flag, dest=f.name, nargs="*", default=None, help=help_text)
+        else:
+            kind = type(default) if default is not None else str
+            kind = int if f.name == "eval_limit" else kind
+            p.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="compeer-loop", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = p.add_subparsers(dest="command", required=True)
+    pr = sub.add_parser("prompts", help="GRPO, warm-up and evaluation prompt sets from ESConv")
+    pr.add_argument("--train", type=Path, required=True)
+    pr.add_argument("--valid", type=Path, required=True)
+    pr.add_argument("--out", type=Path, required=True)
+    pr.add_argument("--train-rounds", type=int, default=3, help="rounds sampled per train dialogue (Eq.1)")
+    pr.add_argument("--max-eval", type=int, default=200, help="evaluation prompts (one per valid dialogue)")
+    pr.add_argument("--seed", type=int, default=0)
+    pl = sub.add_parser("plan", help="write ROOT/plan.json (the settings every later command reads)")
+    pl.add_argument("--root", type=Path, required=True)
+    pl.add_argument("--overwrite", action="store_true", help="replace a plan with other settings")
+    _add_settings(pl)
+    for name in ("run", "status", "warmup", "stop"):
+        sp = sub.add_parser(name)
+        sp.add_argument("--root", type=Path, required=True)
+        if name == "run":
+            sp.add_argument("--no-eval", action="store_true", help="train only")
+    ev = sub.add_parser("eval", help="evaluate one policy (an arm name or `base`)")
+    ev.add_argument("--root", type=Path, required=True)
+    ev.add_argument("--policy", required=True)
+    rp = sub.add_parser("report", help="write the report from ROOT")
+    rp.add_argument("--root", type=Path, required=True)
+    rp.add_argument("--out", type=Path, required=True)
+    rp.add_argument("--gpu-log", type=Path, help="a text file of the GPU calls made (commands, seconds), quoted")
+    return p
+
+
+def _plan(args: argparse.Namespace) -> int:
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LoopSettings)
+              if getattr(args, f.name) is not None}
+    if "prompts" in values:
+        values["prompts"] = str(Path(values["prompts"]).resolve())
+    settings = LoopSettings(**values)
+    path = args.root / PLAN_FILE
+    if path.exists() and not args.overwrite:
+        old = LoopSettings.from_json(json.loads(path.read_text()))
+        if old != settings:
+            diff = [f.name for f in dataclasses.fields(LoopSettings) if getattr(old, f.name) != getattr(settings, f.name)]
+            print(f"compeer-loop plan: {path} has other settings ({', '.join(diff)}); pass --overwrite or another "
+                  "--root", file=sys.stderr)
+            return 2
+    args.root.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings.to_json(), indent=2) + "\n")
+    print(json.dumps(settings.to_json(), indent=2))
+    return 0
+
+
+def _warmup(root: Path) -> int:
+    """Arm (a): the SFT warm-up with exactly the settings the GRPO arms are given (they then reuse it)."""
+    from policy_trainer.config import load_config, parse_override
+    from policy_trainer.runner import load_policy, lora_config
+    from policy_trainer.warmup import run_warmup
+
+    s = load_settings(root)
+    out = root / "a"
+    if (out / WARMUP_ADAPTER / "adapter_config.json").is_file():
+        print(f"warm-up already done: {out / WARMUP_ADAPTER}")
+        return 0
+    overrides: dict[str, Any] = dict(parse_override(item) for item in grpo_overrides(s, ARM_BY_NAME["c"], Path(s.prompts)))
+    # the reward server is never called by the warm-up; the config names the one the GRPO arms start with
+    overrides.update(output_dir=str(out), max_steps=s.steps, policy_model=s.policy_model,
+                     reward_server=[judge_servers(s)["trained"].address])
+    cfg = load_config(s.profile, overrides)
+    model, tokenizer, _ = load_policy(cfg)
+    run_warmup(cfg, model, tokenizer, out, lora_config(cfg))
+    print(f"warm-up adapter: {out / WARMUP_ADAPTER}")
+    return 0
+
+
+def _status(root: Path) -> int:
+    path = root / STATE_FILE
+    if not path.exists():
+        print(f"{root}: no state yet")
+        return 1
+    st = json.loads(path.read_text())
+    print(f"elapsed {st.get('elapsed_s', 0):.0f} s; servers: " + ", ".join(f"{k} {v}" for k, v in st["servers"].items()))
+    for name, a in sorted(st["arms"].items()):
+        print(f"  arm {name}: {a.get('status')} step {a.get('step')}/{a.get('max_steps')}  ({a.get('title')})")
+    for name, e in sorted(st["eval"].items()):
+        print(f"  eval {name}: {e}")
+    done = root / "DONE"
+    print("DONE: " + done.read_text() if done.exists() else "running or stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        if args.command == "prompts":
+            from compeer_loop.prompts import build_prompt_sets
+
+            manifest = build_prompt_sets(args.train, args.valid, args.out, train_rounds=args.train_rounds,
+                                         max_eval=args.max_eval, seed=args.seed)
+            print(json.dumps(manifest["counts"]))
+            return 0
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "run":
+            state = Driver(args.root, load_settings(args.root)).run(evaluate=not args.no_eval)
+            print(json.dumps({"arms": {k: v.get("status") for k, v in state["arms"].items()}, "eval": state["eval"]}))
+            return 0
+        if args.command == "status":
+            return _status(args.root)
+        if args.command == "warmup":
+            return _warmup(args.root)
+        if args.command == "stop":
+            stop_servers(args.root)
+            return 0
+        if args.command == "eval":
+            from compeer_loop.evaluate import evaluate_policy
+
+            print(json.dumps(evaluate_policy(args.root, args.policy)))
+            return 0
+        from compeer_loop.report import write_report
+
+        print(write_report(args.root, args.out, args.gpu_log))
+        return 0
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"compeer-loop {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Evaluation of one policy on the valid-split prompts: the evaluator's held-out-turn harness answers every prompt
+(greedy, the CER policy prompt), then the shipped trained judge scores each answer over gRPC.
+
+Outputs in ``ROOT/eval/<policy>/``: ``gold/`` (the evaluator's resumable run folder: the policy's raw output, its
+``<response>``, ``<strategy>`` name and format validity per prompt), ``scored.jsonl`` (the trained judge's status and
+reward components per prompt, resumable), ``records.jsonl`` (both joined, with per-prompt ROUGE-L and length) and
+``done.json`` (counts). The figures and their bootstrap intervals are computed from ``records.jsonl`` by the report
+(:mod:`compeer_loop.stats`), where the metric libraries are installed (the GPU machine lacks nltk and rouge-score).
+A prompt the judge could not score keeps its status (``parse_failed``, ``timeout``, ...) and no reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from cer.dialogue import Turn
+from cer.modes import JudgeMode
+from compeer_loop.plan import BASE_POLICY, LoopSettings, judge_servers
+from compeer_loop.prompts import EVAL_FILE, read_jsonl
+from compeer_loop.runner import load_settings, policy_dir
+from evaluator.backends import ROLES, ModelSpec, build_roles, resolve_spec
+from evaluator.gold import GoldConfig, run_turn
+from evaluator.inputs import GoldTurn
+from evaluator.prompts import load_prompts
+from evaluator.runs import RunDir, run_items
+from judge.model_store import DEFAULT_MODEL, resolve_model
+from reward_server.client import RewardCallError, RewardClient
+from reward_server.types import ErrorInfo, GroupRequest, ScoreOptions
+
+log = logging.getLogger(__name__)
+SCORE_CHUNK = 16
+
+
+def policy_spec(root: Path, s: LoopSettings, name: str) -> ModelSpec:
+    """The evaluator's spec of a policy: the base model for ``base``, else the arm's adapter on it."""
+    if name == BASE_POLICY:
+        dtype = "bfloat16" if s.device == "cuda" else "float32"
+        model = resolve_model(s.policy_model, dtype).path if s.policy_model == DEFAULT_MODEL else s.policy_model
+    else:
+        found = policy_dir(root, name)
+        if found is None:
+            raise FileNotFoundError(f"policy {name}: no trained adapter under {root / name}")
+        model = str(found)
+    return ModelSpec(model=model, device=s.device, max_tokens=s.eval_max_tokens, temperature=0.0, max_retries=0)
+
+
+def eval_items(s: LoopSettings) -> list[tuple[str, GoldTurn]]:
+    rows = read_jsonl(Path(s.prompts) / EVAL_FILE)[: s.eval_limit]
+    return [(r["id"], GoldTurn(r["id"], tuple(Turn.from_dict(t) for t in r["history"]), r["reference"],
+                               r["strategy"])) for r in rows]
+
+
+async def generate(root: Path, s: LoopSettings, name: str, out: Path) -> list[dict[str, Any]]:
+    """The policy's answers to every eval prompt (resumable evaluator run in ``out/gold``)."""
+    spec = policy_spec(root, s, name)
+    items = eval_items(s)
+    config = {"policy": name, "identity": resolve_spec(spec).identity, "max_tokens": spec.max_tokens,
+              "prompts": [i for i, _ in items]}
+    run = RunDir.open(out / "gold", "gold", config)
+    roles = build_roles({r: spec for r in ROLES}, run.cache_dir, s.seed)
+    prompts, cfg = load_prompts(None), GoldConfig(model_format="cer")
+    try:
+        return await run_items(run, items, lambda g: run_turn(g, roles, prompts, cfg), s.eval_concurrency,
+                               f"eval {name}")
+    finally:
+        await roles.aclose()
+
+
+def _score_fields(outcome: Any) -> dict[str, Any]:
+    if isinstance(outcome, ErrorInfo):
+        return {"judge_status": "invalid_input", "judge_error": f"{outcome.code} {outcome.field}"}
+    r = outcome.results[0]
+    steps = [v for v in r.rewards.steps if v is not None]
+    return {"judge_status": r.status.value, "reward_total": r.rewards.total,
+            "reward_steps": list(r.rewards.steps), "reward_steps_mean": sum(steps) / len(steps) if steps else None,
+            "reward_preference": r.rewards.preference, "reward_format": r.rewards.format}
+
+
+async def score(records: list[dict[str, Any]], address: str, path: Path) -> dict[str, dict[str, Any]]:
+    """Trained-judge reward components per answered prompt (one candidate per group), appended to ``path``."""
+    done: dict[str, dict[str, Any]] = {r["id"]: r for r in read_jsonl(path)} if path.exists() else {}
+    todo = [r for r in records if r.get("status") == "ok" and r["id"] not in done]
+    client = RewardClient([address], timeout_s=600.0)
+    try:
+        for k in range(0, len(todo), SCORE_CHUNK):
+            chunk = todo[k:k + SCORE_CHUNK]
+            groups = [GroupRequest(history=[Turn.from_dict(t) for t in r["history"]], reference=r["reference"],
+                                   candidates=[r["raw"]],
+                                   options=ScoreOptions(mode=JudgeMode.UNIFIED, include_similarity=False))
+                      for r in chunk]
+            try:
+                outcomes: list[Any] = await client.score_batch(groups, timeout_s=600.0)
+            except RewardCallError as exc:
+                log.error("scoring call failed: %s (these prompts stay unscored)", exc.code.name)
+                outcomes = [None] * len(chunk)
+            with path.open("a", encoding="utf-8") as fh:
+                for r, o in zip(chunk, outcomes):
+                    row = {"id": r["id"], **(_score_fields(o) if o is not None else {"judge_status": "call_failed"})}
+                    done[r["id"]] = row
+                    fh.write(json.dumps(row) + "\n")
+    finally:
+        await client.close()
+    return done
+
+
+DONE_FILE = "done.json"
+
+
+def evaluate_policy(root: Path, name: str) -> dict[str, Any]:
+    """Generate, score and join one policy's answers; returns the counts written to ``done.json``."""
+    s = load_settings(root)
+    out = root / "eval" / name
+    out.mkdir(parents=True, exist_ok=True)
+    records = asyncio.run(generate(root, s, name, out))
+    address = judge_servers(s)["trained"].address
+    scores = asyncio.run(score(records, address, out / "scored.jsonl"))
+    joined = [{**r, **scores.get(r["id"], {})} for r in records]
+    with (out / "records.jsonl").open("w", encoding="utf-8") as fh:
+        for r in joined:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    statuses = Counter(str(r.get("judge_status")) for r in joined if r.get("status") == "ok")
+    counts = {"policy": name, "prompts": len(joined), "answered": sum(1 for r in joined if r.get("status") == "ok"),
+              "judge_status": dict(statuses)}
+    (out / DONE_FILE).write_text(json.dumps(counts, indent=2) + "\n")
+    return counts

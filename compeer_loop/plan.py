@@ -1,0 +1,180 @@
+"""The plan: which policy arms there are, which judge (reward server) each trains against, and the settings every
+arm shares (same seed, steps, data), defined once here.
+
+Arms (issue 17): (a) the SFT warm-up alone; (b) GRPO against the untrained base judge; (c) GRPO against the shipped
+trained judge with redundancy reweighting ``paper``; (d) the same with ``sign_aware``; (e) with reweighting off;
+(f) against separate PRM and ORM judges (the paper's POR ablation; needs their adapters). Every GRPO arm starts
+from arm (a)'s warm-up adapter, so the arms differ only in the judge and the reweighting. (c), (d), (e) share one
+reward server (same judge); GRPO arms run concurrently, one process each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from compeer_loop.prompts import TRAIN_FILE, WARMUP_FILE
+
+
+@dataclass(frozen=True)
+class JudgeServer:
+    """One reward server: the judge it serves (``adapter``: ``default`` = shipped trained judge merged into the base,
+    ``none`` = the untrained base, or a PEFT folder) and its ports."""
+
+    name: str
+    adapter: str
+    grpc_port: int
+    http_port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One policy: trained with GRPO against ``judges`` (one server, or PRM then ORM servers), or warm-up only."""
+
+    name: str
+    title: str
+    judges: tuple[str, ...] = ()
+    judge_mode: str = "unified"
+    redundancy_mode: str = "paper"
+
+    @property
+    def grpo(self) -> bool:
+        return bool(self.judges)
+
+
+ARMS: tuple[Arm, ...] = (
+    Arm("a", "SFT warm-up only"),
+    Arm("b", "GRPO, untrained base judge, reweighting paper", ("base",)),
+    Arm("c", "GRPO, trained judge, reweighting paper", ("trained",)),
+    Arm("d", "GRPO, trained judge, reweighting sign_aware", ("trained",), redundancy_mode="sign_aware"),
+    Arm("e", "GRPO, trained judge, reweighting off", ("trained",), redundancy_mode="off"),
+    Arm("f", "GRPO, PRM + ORM judges, reweighting paper", ("prm", "orm"), judge_mode="prm_orm"),
+)
+ARM_BY_NAME = {a.name: a for a in ARMS}
+#: the policy evaluated beside the arms: SmolLM2 as shipped, no warm-up, no GRPO
+BASE_POLICY = "base"
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class LoopSettings:
+    """Everything the loop is told; every arm gets the same values. Saved to ``ROOT/plan.json``."""
+
+    prompts: str = field(default="", metadata=_help("folder written by `compeer-loop prompts`"))
+    arms: list[str] = field(default_factory=lambda: [a.name for a in ARMS], metadata=_help("arms to run"))
+    steps: int = field(default=30, metadata=_help("GRPO optimizer steps of every GRPO arm"))
+    seed: int = field(default=0, metadata=_help("seed of every arm (sampling, data order, LoRA init)"))
+    profile: str = field(default="gpu-paper", metadata=_help("policy_trainer profile (gpu-paper, cpu-smoke, a YAML)"))
+    policy_model: str = field(default="default", metadata=_help("`default` (SmolLM2-135M-Instruct) or an HF folder"))
+    device: str = field(default="cuda", metadata=_help("device of the reward servers and the evaluation: cuda | cpu"))
+    learning_rate: float = field(default=2.0e-5, metadata=_help("GRPO learning rate (LoRA of a 135M policy)"))
+    max_completion_length: int = field(default=160, metadata=_help("new tokens per GRPO completion"))
+    warmup_steps: int = field(default=80, metadata=_help("SFT warm-up steps (arm a; every GRPO arm starts there)"))
+    warmup_learning_rate: float = field(default=3.0e-4, metadata=_help("SFT warm-up learning rate"))
+    save_steps: int = field(default=5, metadata=_help("checkpoint every N GRPO steps (what a resumed arm loses)"))
+    grpo_sets: list[str] = field(default_factory=list, metadata=_help("extra KEY=VALUE overrides for every GRPO arm"))
+    static_cache: bool = field(default=True, metadata=_help("reward servers with --static-cache (GPU only)"))
+    embedding_model: str = field(default="default", metadata=_help("reward servers' --embedding-model"))
+    prm_adapter: str | None = field(default=None, metadata=_help("PRM judge adapter folder (arm f)"))
+    orm_adapter: str | None = field(default=None, metadata=_help("ORM judge adapter folder (arm f)"))
+    max_restarts: int = field(default=2, metadata=_help("times a failed arm is resumed from its last checkpoint"))
+    eval_policies: list[str] = field(default_factory=lambda: [BASE_POLICY, *(a.name for a in ARMS)],
+                                     metadata=_help("policies evaluated (arms + `base`)"))
+    eval_max_tokens: int = field(default=200, metadata=_help("new tokens per evaluation reply (greedy)"))
+    eval_limit: int | None = field(default=None, metadata=_help("evaluate on the first N eval prompts (None: all)"))
+    eval_concurrency: int = field(default=64, metadata=_help("evaluation requests in flight per policy"))
+    server_wait_s: float = field(default=420.0, metadata=_help("how long a reward server may take to become ready"))
+    base_port: int = field(default=50061, metadata=_help("gRPC port of the first judge server (HTTP: base_port + 100 + i)"))
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.arms if a not in ARM_BY_NAME]
+        if unknown:
+            raise ValueError(f"arms {unknown}: expected names among {list(ARM_BY_NAME)}")
+        bad = [p for p in self.eval_policies if p != BASE_POLICY and p not in ARM_BY_NAME]
+        if bad:
+            raise ValueError(f"eval_policies {bad}: expected `base` or arm names")
+        if self.steps < 1 or self.warmup_steps < 1 or self.save_steps < 1:
+            raise ValueError("steps, warmup_steps and save_steps must be >= 1 (every GRPO arm starts from the warm-up)")
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError(f"device {self.device!r}: expected cuda or cpu")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LoopSettings:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def judge_servers(s: LoopSettings) -> dict[str, JudgeServer]:
+    """Every judge a selected arm needs, with its ports (fixed by the judge, so a restarted loop finds them)."""
+    adapters = {"base": "none", "trained": "default", "prm": s.prm_adapter or "", "orm": s.orm_adapter or ""}
+    order = ("base", "trained", "prm", "orm")
+    needed = {j for a in s.arms for j in ARM_BY_NAME[a].judges}
+    if s.eval_policies:
+        needed.add("trained")  # the evaluation scores every policy with the trained judge
+    return {name: JudgeServer(name, adapters[name], s.base_port + i, s.base_port + 100 + i)
+            for i, name in enumerate(order) if name in needed}
+
+
+def server_argv(j: JudgeServer, s: LoopSettings, log_level: str = "INFO") -> list[str]:
+    """``compeer-reward serve`` for one judge (transformers engine, in-memory result cache)."""
+    argv = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", "transformers", "--model", "default",
+            "--adapter", j.adapter, "--device", s.device, "--embedding-model", s.embedding_model,
+            "--cache", "memory", "--host", "127.0.0.1", "--grpc-port", str(j.grpc_port),
+            "--http-port", str(j.http_port), "--log-level", log_level]
+    if s.static_cache and s.device == "cuda":
+        argv.append("--static-cache")
+    return argv
+
+
+def grpo_overrides(s: LoopSettings, arm: Arm, prompts: Path) -> list[str]:
+    """The ``--set KEY=VALUE`` items of an arm: the shared settings, then the arm's judge mode and reweighting."""
+    values: dict[str, Any] = {
+        "judge_mode": arm.judge_mode, "redundancy_mode": arm.redundancy_mode, "seed": s.seed,
+        "learning_rate": s.learning_rate, "max_completion_length": s.max_completion_length,
+        "sft_warmup_steps": s.warmup_steps, "sft_warmup_dataset": str(prompts / WARMUP_FILE),
+        "sft_warmup_learning_rate": s.warmup_learning_rate, "save_strategy": "steps", "save_steps": s.save_steps,
+        "disable_tqdm": True}
+    if s.device == "cuda":
+        values["gradient_checkpointing"] = False
+    out = [f"{k}={json.dumps(v)}" for k, v in values.items()]
+    return out + list(s.grpo_sets)
+
+
+def grpo_argv(arm: Arm, s: LoopSettings, root: Path, servers: dict[str, JudgeServer], resume: bool) -> list[str]:
+    """``compeer-train grpo`` for one arm; PRM + ORM arms name the ORM server with ``orm_reward_server``."""
+    prompts = Path(s.prompts)
+    argv = [sys.executable, "-m", "policy_trainer.cli", "grpo", "--config", s.profile, "--out", str(root / arm.name),
+            "--max-steps", str(s.steps), "--policy-model", s.policy_model, "--prompt-set", str(prompts / TRAIN_FILE),
+            "--reward-server", servers[arm.judges[0]].address]
+    for item in grpo_overrides(s, arm, prompts):
+        argv += ["--set", item]
+    if arm.judge_mode == "prm_orm":
+        argv += ["--set", f"orm_reward_server={json.dumps([servers[arm.judges[1]].address])}"]
+    if resume:
+        argv.append("--resume")
+    return argv
+
+
+def warmup_argv(s: LoopSettings, root: Path) -> list[str]:
+    """Arm (a): the SFT warm-up alone, with the settings every GRPO arm then starts from."""
+    return [sys.executable, "-m", "compeer_loop.cli", "warmup", "--root", str(root)]
+
+
+def arm_missing_inputs(arm: Arm, s: LoopSettings) -> str | None:
+    """Why an arm cannot run with these settings (None: it can)."""
+    if arm.judge_mode == "prm_orm" and not (s.prm_adapter and s.orm_adapter):
+        return "no PRM/ORM judge adapters given (--prm-adapter, --orm-adapter)"
+    return None

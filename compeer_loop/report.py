@@ -1,0 +1,290 @@
+"""The loop's report: ``OUT/report.md`` (arms x metrics with bootstrap 95% intervals, the issue's goals checked
+against the data, published ESConv figures for scale, side-by-side replies, commands, GPU time), ``OUT/figures.json``
+(every figure and interval) and ``OUT/curves_*.png`` (training curves of every GRPO arm).
+
+Every number comes from the loop folder (``plan.json``, ``state.json``, ``<arm>/metrics.jsonl``,
+``eval/<policy>/records.jsonl``); nothing is typed in except the published values, which are labelled as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
+from compeer_loop.prompts import read_jsonl
+from compeer_loop.runner import STATE_FILE, load_settings
+from compeer_loop.stats import add_item_figures, disjoint, summarise
+
+#: metrics.jsonl key(s) per curve (the first key present is drawn)
+CURVES: dict[str, tuple[str, ...]] = {
+    "reward": ("reward",),
+    "reward_raw": ("compeer/reward_raw_mean",),
+    "step_reward": ("compeer/step_reward_mean",),
+    "preference_reward": ("compeer/preference_reward_mean",),
+    "format_reward": ("compeer/format_reward_mean",),
+    "s_in": ("compeer/s_in_mean",),
+    "s_hi": ("compeer/s_hi_mean",),
+    "completion_length": ("completions/mean_length",),
+    "clip_ratio": ("clip_ratio/region_mean",),
+    "kl": ("kl",),
+    "frac_reward_zero_std": ("frac_reward_zero_std",),
+}
+COLUMNS = (("strategy_accuracy", "strategy acc. %"), ("bleu_2", "BLEU-2"), ("rouge_l", "ROUGE-L"),
+           ("distinct_1", "D-1"), ("distinct_2", "D-2"), ("format_ok", "format ok %"), ("mean_length", "length"),
+           ("reward_total", "judge total"), ("reward_steps", "judge steps"), ("reward_preference", "judge pref."),
+           ("reward_format", "judge format"), ("judge_parse_failure", "judge parse fail %"))
+#: published ESConv figures (docs/evaluator.md, as reported by their papers; protocols differ)
+PUBLISHED = (
+    ("BlenderBot-Joint (Liu et al., ACL 2021)", {"bleu_2": 5.35, "rouge_l": 15.46}),
+    ("BlenderBot-Joint (re-run in MISC's table)", {"strategy_accuracy": 28.57}),
+    ("MISC (Tu et al., ACL 2022; own re-split)", {"strategy_accuracy": 31.63, "bleu_2": 7.31, "rouge_l": 17.91,
+                                                  "distinct_1": 4.41, "distinct_2": 19.71}),
+    ("TransESC (Zhao et al., Findings ACL 2023)", {"strategy_accuracy": 34.71}),
+)
+
+
+def policy_label(name: str) -> str:
+    return "base (no training)" if name == BASE_POLICY else f"({name}) {ARM_BY_NAME[name].title}"
+
+
+def load_figures(root: Path, s: LoopSettings, n_boot: int = 1000) -> dict[str, dict[str, Any]]:
+    """Per policy with records: :func:`compeer_loop.stats.summarise` of its evaluation records."""
+    out = {}
+    for name in s.eval_policies:
+        path = root / "eval" / name / "records.jsonl"
+        if path.exists():
+            records = [add_item_figures(r) if r.get("status") == "ok" else r for r in read_jsonl(path)]
+            out[name] = summarise(records, n_boot=n_boot, seed=s.seed)
+    return out
+
+
+def _cell(f: dict[str, Any] | None) -> str:
+    if not f or f.get("value") is None:
+        return "n/a"
+    if f.get("lo") is None:
+        return f"{f['value']:.2f}"
+    return f"{f['value']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]"
+
+
+def table(figs: dict[str, dict[str, Any]]) -> str:
+    head = "| policy | prompts (answered / judged) | " + " | ".join(t for _, t in COLUMNS) + " |"
+    rows = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, summary in figs.items():
+        f = summary["figures"]
+        rows.append(f"| {policy_label(name)} | {summary['prompts']} ({summary['answered']} / {summary['judged_ok']}) | "
+                    + " | ".join(_cell(f.get(k)) for k, _ in COLUMNS) + " |")
+    return "\n".join(rows)
+
+
+def published_table() -> str:
+    keys = ("strategy_accuracy", "bleu_2", "rouge_l", "distinct_1", "distinct_2")
+    rows = ["| system | strategy acc. % | BLEU-2 | ROUGE-L | D-1 | D-2 |", "|---|---|---|---|---|---|"]
+    for name, vals in PUBLISHED:
+        rows.append(f"| {name} | " + " | ".join(f"{vals[k]:.2f}" if k in vals else "" for k in keys) + " |")
+    return "\n".join(rows)
+
+
+def _fig(figs: dict[str, dict[str, Any]], policy: str, key: str) -> dict[str, Any] | None:
+    f = figs.get(policy, {}).get("figures", {}).get(key)
+    return f if f and f.get("value") is not None else None
+
+
+def _beats(figs: dict[str, dict[str, Any]], a: str, b: str, key: str) -> str:
+    fa, fb = _fig(figs, a, key), _fig(figs, b, key)
+    if fa is None or fb is None:
+        return f"not measured (no {key} for ({a if fa is None else b}))"
+    diff = fa["value"] - fb["value"]
+    sep = disjoint(fa, fb)
+    if sep:
+        return f"met: ({a}) {fa['value']:.2f} vs ({b}) {fb['value']:.2f}, intervals do not overlap"
+    if diff > 0:
+        return (f"missed: ({a}) is higher by {diff:.2f} but the 95% intervals overlap "
+                f"([{fa['lo']:.2f}, {fa['hi']:.2f}] vs [{fb['lo']:.2f}, {fb['hi']:.2f}])")
+    return f"missed: ({a}) {fa['value']:.2f} is not above ({b}) {fb['value']:.2f} (by {-diff:.2f})"
+
+
+def goals(figs: dict[str, dict[str, Any]]) -> list[str]:
+    """The issue's goals, each stated as met or missed from the figures."""
+    out = [f"(c) beats (a) on strategy accuracy: {_beats(figs, 'c', 'a', 'strategy_accuracy')}",
+           f"(c) beats (b) on strategy accuracy: {_beats(figs, 'c', 'b', 'strategy_accuracy')}",
+           f"(c) beats (a) on the trained judge's reward: {_beats(figs, 'c', 'a', 'reward_total')}",
+           f"(c) beats (b) on the trained judge's reward: {_beats(figs, 'c', 'b', 'reward_total')}"]
+    c2, a2 = _fig(figs, "c", "distinct_2"), _fig(figs, "a", "distinct_2")
+    if c2 and a2:
+        verdict = "met" if c2["value"] >= a2["value"] else f"missed by {a2['value'] - c2['value']:.2f}"
+        out.append(f"distinct-2 of (c) not below (a)'s: {verdict} ({c2['value']:.2f} vs {a2['value']:.2f})")
+    else:
+        out.append("distinct-2 of (c) not below (a)'s: not measured")
+    for arm in ("c", "d"):
+        out.append(f"reweighting ({arm}) raises distinct-2 over no reweighting (e): "
+                   f"{_beats(figs, arm, 'e', 'distinct_2')}")
+    if "f" in figs:
+        out.append(f"unified (c) vs PRM + ORM (f), trained judge's reward: {_beats(figs, 'c', 'f', 'reward_total')}; "
+                   f"strategy accuracy: {_beats(figs, 'c', 'f', 'strategy_accuracy')}")
+    else:
+        out.append("unified (c) vs PRM + ORM (f): (f) was not evaluated (see the run status below)")
+    return out
+
+
+def _reward_movement(root: Path, s: LoopSettings) -> list[str]:
+    out = []
+    for arm in s.arms:
+        path = root / arm / "metrics.jsonl"
+        if not ARM_BY_NAME[arm].grpo or not path.exists():
+            continue
+        ys = [float(r["reward"]) for r in read_jsonl(path) if isinstance(r.get("reward"), (int, float))]
+        if len(ys) >= 2:
+            k = max(1, len(ys) // 4)
+            first, last = sum(ys[:k]) / k, sum(ys[-k:]) / k
+            out.append(f"({arm}) {first:.2f} -> {last:.2f}")
+    return out
+
+
+def conclusion(checks: list[str], root: Path, s: LoopSettings) -> str:
+    """Which of the paper's claims the data supports at this size, from the goal checks (never typed in)."""
+    met = [c.split(":")[0] for c in checks if ": met" in c]
+    missed = [c.split(":")[0] for c in checks if ": missed" in c]
+    unmeasured = [c.split(":")[0] for c in checks if ": met" not in c and ": missed" not in c]
+    moves = _reward_movement(root, s)
+    lines = [f"At SmolLM2-135M with {s.steps} GRPO steps per arm, {len(met)} of {len(checks)} checks are met."]
+    if met:
+        lines.append("Supported by the data: " + "; ".join(met) + ".")
+    if missed:
+        lines.append("Not supported by the data: " + "; ".join(missed) + " (the margins are in the checks above).")
+    if unmeasured:
+        lines.append("Not measured in this run: " + "; ".join(unmeasured) + ".")
+    if moves:
+        lines.append("Training reward, first quarter -> last quarter of the steps: " + ", ".join(moves) + ".")
+    return " ".join(lines)
+
+
+def write_curves(root: Path, s: LoopSettings, out: Path) -> list[str]:
+    """One PNG per curve, a line per GRPO arm; curves no arm logged are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = {a: read_jsonl(root / a / "metrics.jsonl") for a in s.arms
+               if ARM_BY_NAME[a].grpo and (root / a / "metrics.jsonl").exists()}
+    written = []
+    for name, keys in CURVES.items():
+        fig, ax = plt.subplots(figsize=(6.5, 3.6))
+        drawn = 0
+        for arm, rows in metrics.items():
+            key = next((k for k in keys if any(k in r for r in rows)), None)
+            pts = [(r["step"], r[key]) for r in rows if key and isinstance(r.get(key), (int, float))
+                   and math.isfinite(float(r[key]))]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", markersize=2, label=f"({arm})")
+                drawn += 1
+        if drawn:
+            ax.set_xlabel("GRPO step")
+            ax.set_title(f"{name} ({keys[0]})")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / f"curves_{name}.png", dpi=100)
+            written.append(f"curves_{name}.png")
+        plt.close(fig)
+    return written
+
+
+def _short(text: str, n: int = 280) -> str:
+    text = " ".join(str(text).split()).replace("|", "/")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def side_by_side(root: Path, s: LoopSettings, k: int = 3) -> str:
+    recs = {p: {r["id"]: r for r in read_jsonl(root / "eval" / p / "records.jsonl")} for p in s.eval_policies
+            if (root / "eval" / p / "records.jsonl").exists()}
+    if not recs:
+        return "(no evaluation records)"
+    common = sorted(set.intersection(*(set(v) for v in recs.values())))[:k]
+    parts = []
+    for pid in common:
+        first = next(iter(recs.values()))[pid]
+        parts.append(f"**Prompt {pid}** (seeker's last turn: \"{_short(first['history'][-1]['text'], 200)}\"; "
+                     f"annotated strategy {first.get('gold_strategy')})\n\n| policy | strategy | reply |\n|---|---|---|\n"
+                     f"| real supporter turn | {first.get('gold_strategy')} | {_short(first['reference'])} |")
+        for p, rs in recs.items():
+            r = rs[pid]
+            parts[-1] += f"\n| {policy_label(p)} | {r.get('strategy')} | {_short(r.get('text', ''))} |"
+    return "\n\n".join(parts)
+
+
+def _gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
+    lines = [(f"Driver wall time on the GPU machine: {state.get('elapsed_s', 0):.0f} s (servers, warm-up, arms, "
+              "evaluation).")]
+    for name, a in sorted(state.get("arms", {}).items()):
+        secs = f", {a['seconds']:.0f} s" if "seconds" in a else ""
+        lines.append(f"- arm ({name}): {a.get('status')}, step {a.get('step')}/{a.get('max_steps')}{secs}")
+    for name, e in sorted(state.get("eval", {}).items()):
+        lines.append(f"- evaluation of {name}: {e}")
+    if gpu_log is not None and gpu_log.exists():
+        lines += ["", "GPU calls (as logged by the lead):", "```", gpu_log.read_text().strip(), "```"]
+    return "\n".join(lines)
+
+
+def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int = 1000) -> Path:
+    """Write report.md, figures.json and the curves into ``out``; returns the report's path."""
+    s = load_settings(root)
+    out.mkdir(parents=True, exist_ok=True)
+    state = json.loads((root / STATE_FILE).read_text()) if (root / STATE_FILE).exists() else {}
+    figs = load_figures(root, s, n_boot)
+    (out / "figures.json").write_text(json.dumps(figs, indent=1) + "\n")
+    curves = write_curves(root, s, out)
+    manifest = root / "prompts-manifest.json"
+    counts = json.loads(manifest.read_text())["counts"] if manifest.exists() else {}
+    text = [
+        "# The COMPEER loop on ESConv: GRPO against UnifiReward, arm by arm",
+        "",
+        (f"Policy SmolLM2-135M-Instruct + LoRA (profile `{s.profile}`), seed {s.seed}, {s.steps} GRPO steps per arm "
+        f"from one shared SFT warm-up of {s.warmup_steps} steps; prompts from ESConv train "
+        f"({counts.get('grpo_train', '?')} GRPO prompts, {counts.get('warmup', '?')} warm-up rows), evaluation on "
+        f"{counts.get('eval', '?')} valid-split prompts (one round per valid dialogue), greedy, "
+        f"{s.eval_max_tokens} new tokens. Judge scores: the shipped trained judge (unified mode). Intervals: "
+        f"bootstrap 95% over prompts ({n_boot} resamples)."),
+        "",
+        "## Arms x metrics",
+        table(figs),
+        "",
+        "## The issue's goals, checked against these figures",
+        *[f"- {g}" for g in goals(figs)],
+        "",
+        "## Conclusion (generated from the checks above and the training curves)",
+        conclusion(goals(figs), root, s),
+        "",
+        "## Published ESConv figures, for scale",
+        ("Their models are fine-tuned on ESConv (BlenderBot 90M-class and larger) and decode the reply alone; here a "
+         "135M instruct model writes the four CER parts and only the `<response>` part is scored; splits, "
+         "tokenisation and BLEU variants differ (docs/evaluator.md)."),
+        "",
+        published_table(),
+        "",
+        "## Training curves",
+        *[f"![{c}]({c})" for c in curves],
+        "",
+        "## Side-by-side replies",
+        side_by_side(root, s),
+        "",
+        "## Commands",
+        "```",
+        "bash tools/gpu/stage.sh && bash tools/gpu/compeer_loop.sh pack   # here",
+        "# on the GPU machine (run calls): install, stage, start, wait ... (docs/compeer_loop.md)",
+        f"compeer-loop report --root ROOT --out {out}",
+        "```",
+        "Settings (`ROOT/plan.json`):",
+        "```json",
+        json.dumps(s.to_json(), indent=1),
+        "```",
+        "",
+        "## GPU time and run status",
+        _gpu_section(state, gpu_log),
+    ]
+    path = out / "report.md"
+    path.write_text("\n".join(text) + "\n")
+    return path

@@ -1,0 +1,335 @@
+"""The resumable arm runner: one driver process that starts the reward servers the arms need, runs the warm-up
+(arm a), then every GRPO arm at once (one ``compeer-train grpo`` process each, on the same GPU), then the evaluation
+of every policy, writing ``ROOT/state.json`` as it goes.
+
+Everything it does is idempotent, so a killed driver (or a killed arm) continues where it stopped when started
+again: a server that answers ``/readyz`` on its port is reused; an arm with ``OUT/final/`` is done; an arm with a
+``checkpoint-*`` folder is resumed (``--resume``); an arm process still alive from an earlier driver (its pid in
+``ROOT/<arm>/pid``) is adopted; a finished evaluation (``ROOT/eval/<policy>/done.json``) is kept. A failed arm
+is resumed up to ``max_restarts`` times, then marked failed; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compeer_loop.plan import (
+    ARM_BY_NAME,
+    Arm,
+    JudgeServer,
+    LoopSettings,
+    arm_missing_inputs,
+    grpo_argv,
+    judge_servers,
+    server_argv,
+    warmup_argv,
+)
+
+log = logging.getLogger(__name__)
+PLAN_FILE, STATE_FILE, DONE_FILE = "plan.json", "state.json", "DONE"
+WARMUP_ADAPTER = Path("warmup") / "adapter"
+POLL_S = 5.0
+
+
+def load_settings(root: Path) -> LoopSettings:
+    """The settings a loop folder was started with."""
+    return LoopSettings.from_json(json.loads((root / PLAN_FILE).read_text()))
+
+
+def policy_dir(root: Path, name: str) -> Path | None:
+    """The trained adapter of a policy (None for ``base`` and for an arm not finished)."""
+    arm = ARM_BY_NAME.get(name)
+    if arm is None:
+        return None
+    path = root / name / ("final" if arm.grpo else WARMUP_ADAPTER)
+    return path if (path / "adapter_config.json").is_file() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still "exists": reap it if it is ours
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == 0
+
+
+def ready(server: JudgeServer, timeout_s: float = 2.0) -> bool:
+    """Whether the server answers ``GET /readyz`` with 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/readyz", timeout=timeout_s) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Job:
+    """A process the driver started or adopted (arm, warm-up or evaluation)."""
+
+    name: str
+    pid: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = field(default_factory=time.time)
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs (an adopted process reports -1 when gone: its files decide)."""
+        if self.proc is not None:
+            return self.proc.poll()
+        return None if _alive(self.pid) else -1
+
+
+class Driver:
+    """Runs the plan in ``root``; see the module docstring."""
+
+    def __init__(self, root: Path, settings: LoopSettings) -> None:
+        self.root = root
+        self.s = settings
+        self.servers = judge_servers(settings)
+        self.logs = root / "logs"
+        self.state: dict[str, Any] = {"started": time.time(), "arms": {}, "eval": {}, "servers": {}}
+        prev = root / STATE_FILE
+        if prev.exists():
+            old = json.loads(prev.read_text())
+            self.state["started"] = old.get("started", self.state["started"])
+            self.state["restarts"] = old.get("restarts", {})
+        self.state.setdefault("restarts", {})
+        self.evaluate = True
+        self.eval_jobs: dict[str, Job] = {}
+        self.failed_evals: set[str] = set()
+
+    # ---- processes ------------------------------------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], pid_file: Path) -> Job:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{name}.log").open("ab") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=os.getcwd(), env=os.environ.copy())
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(str(proc.pid))
+        log.info("started %s (pid %d): %s", name, proc.pid, " ".join(argv[1:6]))
+        return Job(name, proc.pid, proc)
+
+    def _adopt(self, name: str, pid_file: Path) -> Job | None:
+        if pid_file.exists():
+            pid = int(pid_file.read_text().strip() or 0)
+            if pid > 0 and _alive(pid):
+                log.info("adopting %s (pid %d) from an earlier driver", name, pid)
+                return Job(name, pid)
+        return None
+
+    def needed_servers(self, evaluate: bool) -> set[str]:
+        """Judges of the arms not finished, and the trained judge while an evaluation is not finished."""
+        names = {j for a in self.s.arms if policy_dir(self.root, a) is None and not arm_missing_inputs(ARM_BY_NAME[a], self.s)
+                 for j in ARM_BY_NAME[a].judges}
+        if evaluate and any(not (self.root / "eval" / p / "done.json").exists() for p in self.s.eval_policies):
+            names.add("trained")
+        return names
+
+    def start_servers(self, names: set[str]) -> None:
+        for j in (self.servers[n] for n in sorted(names)):
+            if ready(j):
+                self.state["servers"][j.name] = "ready (reused)"
+                continue
+            if self._adopt(f"server-{j.name}", self.root / "servers" / f"{j.name}.pid") is None:
+                self._spawn(f"server-{j.name}", server_argv(j, self.s), self.root / "servers" / f"{j.name}.pid")
+            self.state["servers"][j.name] = "starting"
+
+    def wait_servers(self, names: set[str]) -> bool:
+        """Wait until the named servers are ready (``server_wait_s``); False when one is not."""
+        t0 = time.time()
+        pending = {n for n in names if n in self.servers}
+        while pending and time.time() - t0 < self.s.server_wait_s:
+            for n in sorted(pending):
+                if ready(self.servers[n]):
+                    self.state["servers"][n] = f"ready after {time.time() - t0:.0f} s"
+                    pending.discard(n)
+            if pending:
+                time.sleep(POLL_S)
+        for n in pending:
+            self.state["servers"][n] = f"not ready after {self.s.server_wait_s:.0f} s (see logs/server-{n}.log)"
+        self.save()
+        return not pending
+
+    # ---- arms ---------------------------------------------------------------------------------------------------
+    def arm_status(self, arm: Arm) -> dict[str, Any]:
+        out: dict[str, Any] = {"title": arm.title, "done": policy_dir(self.root, arm.name) is not None}
+        metrics = self.root / arm.name / "metrics.jsonl"
+        if metrics.exists():
+            lines = [ln for ln in metrics.read_text().splitlines() if ln.strip()]
+            if lines:
+                out["step"] = json.loads(lines[-1]).get("step")
+        out["max_steps"] = self.s.steps if arm.grpo else self.s.warmup_steps
+        return out
+
+    def _launch_arm(self, arm: Arm) -> Job:
+        out = self.root / arm.name
+        adopted = self._adopt(arm.name, out / "pid")
+        if adopted is not None:
+            return adopted
+        if not arm.grpo:
+            return self._spawn(arm.name, warmup_argv(self.s, self.root), out / "pid")
+        target = out / WARMUP_ADAPTER  # every GRPO arm starts from arm (a)'s warm-up (reused, never retrained)
+        if not target.exists():
+            shutil.copytree(self.root / "a" / WARMUP_ADAPTER, target)
+        resume = any(p.name.startswith("checkpoint-") for p in out.iterdir()) if out.is_dir() else False
+        return self._spawn(arm.name, grpo_argv(arm, self.s, self.root, self.servers, resume), out / "pid")
+
+    def run_arms(self) -> None:
+        arms = [ARM_BY_NAME[n] for n in self.s.arms]
+        runnable = []
+        for arm in arms:
+            why = arm_missing_inputs(arm, self.s)
+            if why:
+                self.state["arms"][arm.name] = {"title": arm.title, "done": False, "status": f"not run: {why}"}
+            else:
+                runnable.append(arm)
+        if any(a.grpo for a in runnable) and policy_dir(self.root, "a") is None:
+            self._run_to_end([ARM_BY_NAME["a"]], set())  # the warm-up every GRPO arm starts from
+            if policy_dir(self.root, "a") is None:
+                for a in runnable:
+                    self.state["arms"][a.name] = {**self.arm_status(a), "status": "failed: the warm-up failed"}
+                self.save()
+                return
+        judges = {j for a in runnable for j in a.judges}
+        if not self.wait_servers(judges):
+            broken = {j for j in judges if self.state["servers"].get(j, "").startswith("not ready")}
+            for a in [a for a in runnable if broken & set(a.judges)]:
+                self.state["arms"][a.name] = {**self.arm_status(a), "status": "failed: reward server not ready"}
+            runnable = [a for a in runnable if not broken & set(a.judges)]
+        self._run_to_end(runnable, judges)
+
+    def _run_to_end(self, arms: list[Arm], judges: set[str]) -> None:
+        jobs: dict[str, Job] = {}
+        for arm in arms:
+            if policy_dir(self.root, arm.name) is not None:
+                self.state["arms"][arm.name] = {**self.arm_status(arm), "status": "done"}
+            else:
+                jobs[arm.name] = self._launch_arm(arm)
+        while jobs:
+            time.sleep(POLL_S)
+            self.start_evals()
+            self.poll_evals()
+            for name, job in list(jobs.items()):
+                arm = ARM_BY_NAME[name]
+                rc = job.poll()
+                status = self.arm_status(arm)
+                if rc is None:
+                    self.state["arms"][name] = {**status, "status": "running", "pid": job.pid}
+                    continue
+                del jobs[name]
+                if status["done"]:
+                    self.state["arms"][name] = {**status, "status": "done", "seconds": time.time() - job.started}
+                    continue
+                n = self.state["restarts"].get(name, 0)
+                if n < self.s.max_restarts:
+                    self.state["restarts"][name] = n + 1
+                    log.warning("arm %s exited with %s before finishing: resuming (%d/%d)", name, rc, n + 1,
+                                self.s.max_restarts)
+                    jobs[name] = self._launch_arm(arm)
+                else:
+                    self.state["arms"][name] = {**status, "status": f"failed (exit {rc}; see logs/{name}.log)"}
+            self.save()
+
+    # ---- evaluation -----------------------------------------------------------------------------------------------
+    def start_evals(self) -> None:
+        """Start the evaluation of every policy that is ready (trained, or ``base``) and not done or running,
+        while the trained judge's server answers; called between training polls, so evaluations overlap training."""
+        if not self.evaluate or "trained" not in self.servers or not ready(self.servers["trained"]):
+            return
+        for name in self.s.eval_policies:
+            out = self.root / "eval" / name
+            if name in self.eval_jobs or (out / "done.json").exists():
+                continue
+            if name != "base" and policy_dir(self.root, name) is None:
+                continue
+            argv = [sys.executable, "-m", "compeer_loop.cli", "eval", "--root", str(self.root), "--policy", name]
+            self.eval_jobs[name] = self._adopt(f"eval-{name}", out / "pid") or self._spawn(f"eval-{name}", argv,
+                                                                                             out / "pid")
+
+    def poll_evals(self) -> None:
+        for name, job in list(self.eval_jobs.items()):
+            rc = job.poll()
+            if rc is None:
+                self.state["eval"][name] = "running"
+                continue
+            del self.eval_jobs[name]
+            done = (self.root / "eval" / name / "done.json").exists()
+            self.state["eval"][name] = "done" if done else f"failed (exit {rc}; see logs/eval-{name}.log)"
+            if not done:
+                self.failed_evals.add(name)
+
+    def run_eval(self) -> None:
+        """Evaluate what is left once training is over, and wait for every evaluation."""
+        if not self.wait_servers({"trained"}):
+            self.state["eval_status"] = "failed: the trained judge's server is not ready"
+            self.save()
+            return
+        for name in self.s.eval_policies:
+            if (self.root / "eval" / name / "done.json").exists():
+                self.state["eval"][name] = "done"
+            elif name != "base" and policy_dir(self.root, name) is None:
+                self.state["eval"][name] = "not evaluated: no trained policy"
+        self.start_evals()
+        while self.eval_jobs:
+            time.sleep(POLL_S)
+            self.poll_evals()
+            self.save()
+
+    # ---- all ----------------------------------------------------------------------------------------------------
+    def save(self) -> None:
+        self.state["updated"] = time.time()
+        self.state["elapsed_s"] = self.state["updated"] - self.state["started"]
+        for name in self.s.arms:
+            if name not in self.state["arms"]:
+                self.state["arms"][name] = {**self.arm_status(ARM_BY_NAME[name]), "status": "pending"}
+        tmp = self.root / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1) + "\n")
+        os.replace(tmp, self.root / STATE_FILE)
+
+    def run(self, evaluate: bool = True) -> dict[str, Any]:
+        """Servers, warm-up, arms, evaluation; writes ``ROOT/DONE`` with a one-line outcome."""
+        (self.root / DONE_FILE).unlink(missing_ok=True)
+        self.evaluate = evaluate
+        needed = self.needed_servers(evaluate)
+        self.start_servers(needed)
+        self.save()
+        self.run_arms()
+        if evaluate and "trained" in needed:
+            self.run_eval()
+        elif evaluate:
+            self.state["eval"].update({p: "done" for p in self.s.eval_policies
+                                       if (self.root / "eval" / p / "done.json").exists()})
+        if needed:
+            stop_servers(self.root)
+        failed = [n for n, a in self.state["arms"].items() if str(a.get("status", "")).startswith("failed")]
+        failed += [f"eval-{n}" for n, e in self.state["eval"].items() if str(e).startswith("failed")]
+        self.state["finished"] = time.time()
+        self.save()
+        (self.root / DONE_FILE).write_text(("FAILED: " + ", ".join(failed)) if failed else "ok")
+        return self.state
+
+
+def stop_servers(root: Path) -> None:
+    """SIGTERM the reward servers this loop started (pids in ``ROOT/servers``)."""
+    for pid_file in sorted((root / "servers").glob("*.pid")):
+        pid = int(pid_file.read_text().strip() or 0)
+        if pid > 0 and _alive(pid):
+            os.kill(pid, 15)
+            log.info("stopped %s (pid %d)", pid_file.stem, pid)

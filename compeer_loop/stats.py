@@ -1,0 +1,96 @@
+"""Figures of one evaluated policy with bootstrap 95% confidence intervals over prompts.
+
+Each figure is a function of the per-prompt records; a bootstrap replicate resamples the prompts with replacement
+(seeded) and recomputes the figure on the resample, so corpus-level figures (BLEU-2, distinct-n) get intervals
+the same way as per-prompt means. Figures a policy has no data for are None, never made up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from evaluator.metrics import bleu2, distinct_n, mean_length, rouge_l
+
+Record = dict[str, Any]
+Figure = Callable[[Sequence[Record]], float | None]
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(sum(values) / len(values)) if values else None
+
+
+def strategy_accuracy(rs: Sequence[Record]) -> float | None:
+    """% of prompts with an annotated strategy whose ``<strategy>`` part names it (none named: wrong)."""
+    return _mean([100.0 * (r.get("strategy") == r["gold_strategy"]) for r in rs if r.get("gold_strategy")])
+
+
+def format_ok(rs: Sequence[Record]) -> float | None:
+    return _mean([100.0 * bool(r.get("format_ok")) for r in rs])
+
+
+def _judged(rs: Sequence[Record], key: str) -> float | None:
+    return _mean([float(r[key]) for r in rs if r.get("judge_status") == "ok" and r.get(key) is not None])
+
+
+FIGURES: dict[str, Figure] = {
+    "strategy_accuracy": strategy_accuracy,
+    "bleu_2": lambda rs: bleu2([r["text"] for r in rs], [r["reference"] for r in rs]),
+    "rouge_l": lambda rs: _mean([float(r["rouge_l"]) for r in rs]),
+    "distinct_1": lambda rs: distinct_n([r["text"] for r in rs], 1),
+    "distinct_2": lambda rs: distinct_n([r["text"] for r in rs], 2),
+    "format_ok": format_ok,
+    "mean_length": lambda rs: _mean([float(r["length"]) for r in rs]),
+    "reward_total": lambda rs: _judged(rs, "reward_total"),
+    "reward_steps": lambda rs: _judged(rs, "reward_steps_mean"),
+    "reward_preference": lambda rs: _judged(rs, "reward_preference"),
+    "reward_format": lambda rs: _judged(rs, "reward_format"),
+    "judge_parse_failure": lambda rs: _mean([100.0 * (r.get("judge_status") == "parse_failed") for r in rs
+                                              if r.get("judge_status") is not None]),
+}
+#: figures where higher is better (the others are descriptive)
+HIGHER_IS_BETTER = ("strategy_accuracy", "bleu_2", "rouge_l", "distinct_1", "distinct_2", "format_ok",
+                    "reward_total", "reward_steps", "reward_preference", "reward_format")
+
+
+def add_item_figures(r: Record) -> Record:
+    """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's length."""
+    r["rouge_l"] = rouge_l([r["text"]], [r["reference"]])
+    r["length"] = mean_length([r["text"]]) or 0.0
+    return r
+
+
+def bootstrap(records: Sequence[Record], figure: Figure, n_boot: int = 1000, seed: int = 0,
+              alpha: float = 0.05) -> dict[str, Any]:
+    """The figure on all records and its percentile interval over ``n_boot`` resamples of the prompts."""
+    value = figure(records)
+    out: dict[str, Any] = {"value": value, "lo": None, "hi": None, "n": len(records)}
+    if value is None or len(records) < 2:
+        return out
+    rng = np.random.default_rng(seed)
+    reps = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(records), len(records))
+        v = figure([records[i] for i in idx])
+        if v is not None:
+            reps.append(v)
+    if reps:
+        out["lo"], out["hi"] = (float(x) for x in np.quantile(reps, [alpha / 2, 1 - alpha / 2]))
+    return out
+
+
+def summarise(records: Sequence[Record], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Every figure of :data:`FIGURES` with its interval, plus counts."""
+    answered = [r for r in records if r.get("status") == "ok"]
+    figures = {name: bootstrap(answered, fn, n_boot, seed) for name, fn in FIGURES.items()}
+    return {"prompts": len(records), "answered": len(answered),
+            "judged_ok": sum(1 for r in answered if r.get("judge_status") == "ok"), "figures": figures}
+
+
+def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
+    """Whether interval ``a`` lies entirely above interval ``b`` (None when either is missing)."""
+    if a.get("lo") is None or b.get("hi") is None:
+        return None
+    return bool(a["lo"] > b["hi"])

@@ -1,0 +1,113 @@
+"""compeer_loop without processes: the plan's commands and shared servers, the bootstrap, the goal checks, and the
+policy trainer's routing of PRM and ORM calls to separate judges."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cer.dialogue import Role, Turn
+from cer.modes import JudgeMode
+from compeer_loop.plan import ARM_BY_NAME, LoopSettings, grpo_argv, judge_servers
+from compeer_loop.report import goals
+from compeer_loop.stats import bootstrap, disjoint
+from policy_trainer.config import load_config
+from policy_trainer.runner import ModeRoutingClient
+from reward_server.types import GroupRequest, ScoreOptions
+
+
+def _sets(argv: list[str]) -> dict[str, Any]:
+    return {argv[i + 1].split("=", 1)[0]: json.loads(argv[i + 1].split("=", 1)[1])
+            for i, a in enumerate(argv) if a == "--set"}
+
+
+def test_arms_share_the_trained_judge_and_differ_only_in_judge_and_reweighting(tmp_path: Path) -> None:
+    s = LoopSettings(prompts=str(tmp_path), prm_adapter="/p", orm_adapter="/o")
+    servers = judge_servers(s)
+    assert set(servers) == {"base", "trained", "prm", "orm"}
+    assert len({j.grpc_port for j in servers.values()} | {j.http_port for j in servers.values()}) == 8
+    argvs = {a: grpo_argv(ARM_BY_NAME[a], s, tmp_path, servers, resume=False) for a in "bcdef"}
+    addr = {a: v[v.index("--reward-server") + 1] for a, v in argvs.items()}
+    assert addr["c"] == addr["d"] == addr["e"] == servers["trained"].address != addr["b"]
+    sets = {a: _sets(v) for a, v in argvs.items()}
+    assert [sets[a]["redundancy_mode"] for a in "cde"] == ["paper", "sign_aware", "off"]
+    assert sets["f"]["judge_mode"] == "prm_orm" and sets["f"]["orm_reward_server"] == [servers["orm"].address]
+    shared = {k for k in sets["c"] if k not in ("redundancy_mode", "judge_mode")}
+    for a in "bdef":  # same seed, steps, data and warm-up for every arm
+        assert {k: sets[a][k] for k in shared} == {k: sets["c"][k] for k in shared}
+        assert argvs[a][argvs[a].index("--max-steps") + 1] == str(s.steps)
+    assert "--resume" in grpo_argv(ARM_BY_NAME["c"], s, tmp_path, servers, resume=True)
+    # every arm's overrides build a valid trainer config (what `compeer-train grpo` will be given)
+    cfg = load_config("cpu-smoke", {**sets["f"], "output_dir": str(tmp_path), "reward_server": [addr["f"]]})
+    assert cfg.orm_reward_server == [servers["orm"].address]
+
+
+def test_settings_reject_unknown_arms_and_zero_steps() -> None:
+    with pytest.raises(ValueError, match="arms"):
+        LoopSettings(arms=["z"])
+    with pytest.raises(ValueError, match="steps"):
+        LoopSettings(steps=0)
+    with pytest.raises(ValueError, match="orm_reward_server"):
+        load_config("cpu-smoke", {"output_dir": "/tmp/x", "orm_reward_server": ["localhost:1"]})
+
+
+def test_bootstrap_intervals_cover_the_value_and_separate_distinct_groups() -> None:
+    def mean(rs: Any) -> float:
+        return sum(r["v"] for r in rs) / len(rs)
+
+    high = bootstrap([{"v": 10.0 + (i % 3)} for i in range(60)], mean, n_boot=300)
+    low = bootstrap([{"v": 1.0 + (i % 3)} for i in range(60)], mean, n_boot=300)
+    assert high["lo"] <= high["value"] <= high["hi"]
+    assert disjoint(high, low) is True and disjoint(low, high) is False
+    assert bootstrap([{"v": 1.0}], mean) == {"value": 1.0, "lo": None, "hi": None, "n": 1}  # one prompt: no interval
+
+
+def _fig(v: float, lo: float, hi: float) -> dict[str, Any]:
+    return {"value": v, "lo": lo, "hi": hi}
+
+
+def test_goals_are_stated_from_the_figures() -> None:
+    figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "distinct_2": _fig(*v)}}
+            for p, v in {"a": (10, 8, 12), "b": (20, 15, 25), "c": (30, 28, 32), "d": (30, 20, 40),
+                         "e": (25, 24, 26)}.items()}
+    out = goals(figs)
+    assert out[0].startswith("(c) beats (a) on strategy accuracy: met")
+    assert "met" in out[1]
+    assert "distinct-2 of (c) not below (a)'s: met" in out[4]
+    assert ": met" in out[5] and "missed: (d) is higher by 5.00 but the 95% intervals overlap" in out[6]
+    assert "(f) was not evaluated" in out[7]
+
+
+class _Recording:
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name, self.calls = name, calls
+
+    async def score_batch(self, groups: Any, timeout_s: float | None = None) -> list[Any]:
+        self.calls.append(self.name)
+        return []
+
+    async def close(self) -> None:
+        self.calls.append(f"close-{self.name}")
+
+
+def test_prm_and_orm_calls_go_to_their_own_judges() -> None:
+    calls: list[str] = []
+    client = ModeRoutingClient(_Recording("prm", calls), _Recording("orm", calls))
+    hist = [Turn(Role.SEEKER, "hi")]
+
+    def group(mode: JudgeMode) -> GroupRequest:
+        return GroupRequest(hist, "ref", ["x"], ScoreOptions(mode=mode))
+
+    async def go() -> None:
+        await client.score_batch([group(JudgeMode.PRM)])
+        await client.score_batch([group(JudgeMode.ORM), group(JudgeMode.ORM)])
+        with pytest.raises(ValueError, match="one judge mode"):
+            await client.score_batch([group(JudgeMode.PRM), group(JudgeMode.ORM)])
+        await client.close()
+
+    asyncio.run(go())
+    assert calls == ["prm", "orm", "close-prm", "close-orm"]
