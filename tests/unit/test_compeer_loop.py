@@ -111,3 +111,51 @@ def test_prm_and_orm_calls_go_to_their_own_judges() -> None:
 
     asyncio.run(go())
     assert calls == ["prm", "orm", "close-prm", "close-orm"]
+
+
+_FAKE_ARM = """
+import pathlib, sys
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+with (out.parent / "calls.log").open("a") as fh:
+    fh.write(out.name + (" resume" if "--resume" in argv else "") + "\\n")
+if (out / "checkpoint-1").exists() and "--resume" in argv:
+    (out / "final").mkdir(parents=True)
+    (out / "final" / "adapter_config.json").write_text("{}")
+else:
+    (out / "checkpoint-1").mkdir(parents=True)
+    sys.exit(3)  # killed after its first checkpoint
+"""
+_FAKE_WARMUP = """
+import pathlib, sys
+root = pathlib.Path(sys.argv[sys.argv.index("--root") + 1])
+(root / "a" / "warmup" / "adapter").mkdir(parents=True)
+(root / "a" / "warmup" / "adapter" / "adapter_config.json").write_text("{}")
+"""
+
+
+def test_the_driver_resumes_a_killed_arm_from_its_checkpoint_and_skips_finished_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes replaced by tiny scripts: the warm-up runs once, every GRPO arm starts from it, an arm that exits
+    after a checkpoint is started again with --resume, and a second driver starts nothing."""
+    import sys
+
+    from compeer_loop import runner
+
+    root = tmp_path / "loop"
+    root.mkdir()
+    s = LoopSettings(prompts=str(tmp_path), arms=["a", "c", "e"], eval_policies=[])
+    (root / "plan.json").write_text(json.dumps(s.to_json()))
+    monkeypatch.setattr(runner, "POLL_S", 0.05)
+    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
+    monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
+    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
+        sys.executable, "-c", _FAKE_ARM, "--out", str(root / arm.name), *(["--resume"] if resume else [])])
+    state = runner.Driver(root, s).run(evaluate=False)
+    assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "c": "done", "e": "done"}
+    assert state["restarts"] == {"c": 1, "e": 1}
+    assert sorted((root / "calls.log").read_text().split("\n")) == ["", "c", "c resume", "e", "e resume"]
+    assert (root / "c" / "warmup" / "adapter" / "adapter_config.json").exists()
+    assert (root / "DONE").read_text() == "ok"
+    runner.Driver(root, s).run(evaluate=False)  # everything is done: nothing runs again
+    assert len((root / "calls.log").read_text().split()) == 6

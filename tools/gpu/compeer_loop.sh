@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The COMPEER loop (issue 17) on a lent GPU machine: every policy arm trained at once on one GPU, then evaluated.
 # No registry, no hub there; 64 MiB per `run` call, 10 min per call. Here, after `make install`:
-#   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels + GGUF part 00), c2 (other GGUF parts), c3 (MiniLM)
+#   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels + GGUF part 00), c2 (parts 01-02), c3 (MiniLM, part 03)
 #   bash tools/gpu/compeer_loop.sh pack  # .gpu-loop/loop-data.tar.xz: prompt sets built from ../shared/data/esconv
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/compeer_loop.md has them):
 #   install  carry .gpu-policy/c1                  wheels into /tmp/site, GGUF part 00
-#   stage    carry .gpu-policy/c2 and .gpu-loop    the other GGUF parts, the prompt sets
-#   start    carry .gpu-policy/c3                  GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
+#   stage    carry .gpu-policy/c2 and .gpu-loop    GGUF parts 01-02, the prompt sets
+#   start    carry .gpu-policy/c3                  MiniLM + GGUF part 03; GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
 #                                                  plan (STEPS, ARMS, LOOP_ARGS) and starts the driver in the
 #                                                  background (setsid): reward servers, warm-up, all GRPO arms at
 #                                                  once, evaluation; then waits like `wait`
@@ -66,13 +66,11 @@ pack)  # here, not on the device
   tar -cJf .gpu-loop/loop-data.tar.xz -C .gpu-loop/data . && rm -rf .gpu-loop/data
   ls -l .gpu-loop
   ;;
-install)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .gpu-policy/c1/whl/*.whl || exit 1
-  cp .gpu-policy/c1/gguf.part-* "$S"/ && nvidia-smi -L
+install)  # wheels into /tmp/site and the GGUF part carried, as for the GRPO evidence run
+  bash tools/gpu/device_evidence.sh install
   ;;
 stage)
-  cp .gpu-policy/c2/gguf.part-* "$S"/ && mkdir -p $D && tar -xJf .gpu-loop/loop-data.tar.xz -C $D && ls -l "$S" $D
+  bash tools/gpu/device_evidence.sh stage && mkdir -p $D && tar -xJf .gpu-loop/loop-data.tar.xz -C $D && ls -l $D
   ;;
 start)
   bash tools/gpu/device_evidence.sh prepare || exit 1   # the GGUF (sha256 checked) and MiniLM (fp32) in $S
