@@ -36,16 +36,49 @@ log = logging.getLogger(__name__)
 SCORE_CHUNK = 16
 
 
+def _dtype(s: LoopSettings) -> str:
+    return "bfloat16" if s.device == "cuda" else "float32"
+
+
+def _base_path(s: LoopSettings) -> str:
+    return resolve_model(s.policy_model, _dtype(s)).path if s.policy_model == DEFAULT_MODEL else s.policy_model
+
+
+def merged_policy(adapter: Path, base: str, target: Path, dtype: str) -> Path:
+    """The arm's LoRA merged into the policy's base weights, saved once to ``target`` (a plain HF folder, so the
+    evaluation engine loads no adapter at run time)."""
+    if (target / "config.json").is_file():
+        return target
+    import shutil
+    import tempfile
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype), local_files_only=True)
+    merged = PeftModel.from_pretrained(model, str(adapter), is_trainable=False).merge_and_unload()
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".merge-"))
+    try:
+        merged.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(base, local_files_only=True).save_pretrained(tmp)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def policy_spec(root: Path, s: LoopSettings, name: str) -> ModelSpec:
-    """The evaluator's spec of a policy: the base model for ``base``, else the arm's adapter on it."""
+    """The evaluator's spec of a policy: the base model for ``base``, else the arm's adapter merged into it."""
     if name == BASE_POLICY:
-        dtype = "bfloat16" if s.device == "cuda" else "float32"
-        model = resolve_model(s.policy_model, dtype).path if s.policy_model == DEFAULT_MODEL else s.policy_model
+        model = _base_path(s)
     else:
         found = policy_dir(root, name)
         if found is None:
             raise FileNotFoundError(f"policy {name}: no trained adapter under {root / name}")
-        model = str(found)
+        target = root / "eval" / name / "merged"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        model = str(merged_policy(found, _base_path(s), target, _dtype(s)))
     return ModelSpec(model=model, device=s.device, max_tokens=s.eval_max_tokens, temperature=0.0, max_retries=0)
 
 
