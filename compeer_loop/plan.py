@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass, field, fields
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,13 @@ def server_argv(j: JudgeServer, s: LoopSettings, log_level: str = "INFO") -> lis
     return argv
 
 
+def _yaml(value: Any) -> str:
+    """A value as ``--set`` reads it (YAML); floats positional, since YAML 1.1 reads ``2e-05`` as a string."""
+    if isinstance(value, float):
+        return format(Decimal(repr(value)), "f")
+    return json.dumps(value)
+
+
 def grpo_overrides(s: LoopSettings, arm: Arm, prompts: Path) -> list[str]:
     """The ``--set KEY=VALUE`` items of an arm: the shared settings, then the arm's judge mode and reweighting."""
     values: dict[str, Any] = {
@@ -149,7 +157,7 @@ def grpo_overrides(s: LoopSettings, arm: Arm, prompts: Path) -> list[str]:
         "disable_tqdm": True}
     if s.device == "cuda":
         values["gradient_checkpointing"] = False
-    out = [f"{k}={json.dumps(v)}" for k, v in values.items()]
+    out = [f"{k}={_yaml(v)}" for k, v in values.items()]
     return out + list(s.grpo_sets)
 
 

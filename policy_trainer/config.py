@@ -251,7 +251,20 @@ def load_config(spec: str, overrides: Mapping[str, Any] | None = None) -> Compee
     """Build the config from a profile and overrides (later wins). Raises ``ValueError`` with the remedy."""
     values = read_profile(spec)
     values.update(overrides or {})
-    return CompeerGRPOConfig(**values)
+    return CompeerGRPOConfig(**_floats(values))
+
+
+def _floats(values: dict[str, Any]) -> dict[str, Any]:
+    """YAML 1.1 reads ``2e-5`` (no dot) as a string: turn such values of float fields into floats, or say so."""
+    kinds = {f.name: f.default for f in dataclasses.fields(CompeerGRPOConfig)}
+    out = dict(values)
+    for key, value in values.items():
+        if isinstance(kinds.get(key), float) and isinstance(value, str):
+            try:
+                out[key] = float(value)
+            except ValueError:
+                raise ValueError(f"{key}: expected a number, got {value!r}") from None
+    return out
 
 
 def describe_fields() -> str:

@@ -15,14 +15,14 @@ from cer.modes import JudgeMode
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings, grpo_argv, judge_servers
 from compeer_loop.report import goals
 from compeer_loop.stats import bootstrap, disjoint
-from policy_trainer.config import load_config
+from policy_trainer.config import load_config, parse_override
 from policy_trainer.runner import ModeRoutingClient
 from reward_server.types import GroupRequest, ScoreOptions
 
 
 def _sets(argv: list[str]) -> dict[str, Any]:
-    return {argv[i + 1].split("=", 1)[0]: json.loads(argv[i + 1].split("=", 1)[1])
-            for i, a in enumerate(argv) if a == "--set"}
+    """The ``--set`` items as the trainer's CLI reads them."""
+    return dict(parse_override(argv[i + 1]) for i, a in enumerate(argv) if a == "--set")
 
 
 def test_arms_share_the_trained_judge_and_differ_only_in_judge_and_reweighting(tmp_path: Path) -> None:
@@ -35,6 +35,7 @@ def test_arms_share_the_trained_judge_and_differ_only_in_judge_and_reweighting(t
     assert addr["c"] == addr["d"] == addr["e"] == servers["trained"].address != addr["b"]
     sets = {a: _sets(v) for a, v in argvs.items()}
     assert [sets[a]["redundancy_mode"] for a in "cde"] == ["paper", "sign_aware", "off"]
+    assert sets["c"]["learning_rate"] == 2.0e-5 and isinstance(sets["c"]["sft_warmup_learning_rate"], float)
     assert sets["f"]["judge_mode"] == "prm_orm" and sets["f"]["orm_reward_server"] == [servers["orm"].address]
     shared = {k for k in sets["c"] if k not in ("redundancy_mode", "judge_mode")}
     for a in "bdef":  # same seed, steps, data and warm-up for every arm
@@ -51,6 +52,9 @@ def test_settings_reject_unknown_arms_and_zero_steps() -> None:
         LoopSettings(arms=["z"])
     with pytest.raises(ValueError, match="steps"):
         LoopSettings(steps=0)
+    assert load_config("cpu-smoke", {"output_dir": "/tmp/x", "learning_rate": "2e-5"}).learning_rate == 2e-5
+    with pytest.raises(ValueError, match="learning_rate: expected a number"):
+        load_config("cpu-smoke", {"output_dir": "/tmp/x", "learning_rate": "fast"})
     with pytest.raises(ValueError, match="orm_reward_server"):
         load_config("cpu-smoke", {"output_dir": "/tmp/x", "orm_reward_server": ["localhost:1"]})
 
