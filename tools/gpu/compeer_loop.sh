@@ -10,7 +10,7 @@
 #                                                  plan (STEPS, ARMS, LOOP_ARGS) and starts the driver in the
 #                                                  background (setsid): reward servers, warm-up, all GRPO arms at
 #                                                  once, evaluation; then waits like `wait`
-#   wait     (no carry)                            waits up to CALL_BUDGET_S (default 540) for the driver, prints
+#   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
 #                                                  the status, packs what is finished to $OUT
 #   resume   (no carry)                            starts the driver again if it is not running (a killed driver or
 #                                                  arm continues from its checkpoints), then waits like `wait`
@@ -18,12 +18,13 @@
 # $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, every arm's metrics.jsonl and summary.json,
 # every evaluation's records.jsonl and done.json, the prompt manifest), logs.tar.xz (log tails), driver.log.
 set -uo pipefail
-S=/tmp/cp-stage L=/tmp/loop D=/tmp/loop-data
+S=/tmp/cp-stage L=${LOOP_ROOT:-/tmp/loop} D=${LOOP_DATA:-/tmp/loop-data}
 mkdir -p "$S" "$L"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf TQDM_DISABLE=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-LOOP="python3 -m compeer_loop.cli"
+LOOP="${PY:-python3} -m compeer_loop.cli"
+T_CALL=$(date +%s)  # CALL_BUDGET_S counts from here: the whole call, whatever its phase did before waiting
 
 driver_alive() { [ -f $L/driver.pid ] && kill -0 "$(cat $L/driver.pid)" 2>/dev/null; }
 
@@ -49,8 +50,8 @@ collect() {  # what is finished, to $OUT
 }
 
 wait_driver() {
-  local T0=$(date +%s) budget=${CALL_BUDGET_S:-540}
-  while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 15; done
+  local budget=${CALL_BUDGET_S:-540}
+  while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep 15; done
   $LOOP status --root $L
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
   collect
