@@ -116,11 +116,11 @@ class Driver:
         self.failed_evals: set[str] = set()
 
     # ---- processes ------------------------------------------------------------------------------------------------
-    def _spawn(self, name: str, argv: list[str], pid_file: Path) -> Job:
+    def _spawn(self, name: str, argv: list[str], pid_file: Path, env: dict[str, str] | None = None) -> Job:
         self.logs.mkdir(parents=True, exist_ok=True)
         with (self.logs / f"{name}.log").open("ab") as fh:
             proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=os.getcwd(), env=os.environ.copy())
+                                    cwd=os.getcwd(), env={**os.environ, **(env or {})})
         pid_file.parent.mkdir(parents=True, exist_ok=True)
         pid_file.write_text(str(proc.pid))
         log.info("started %s (pid %d): %s", name, proc.pid, " ".join(argv[1:6]))
@@ -148,7 +148,9 @@ class Driver:
                 self.state["servers"][j.name] = "ready (reused)"
                 continue
             if self._adopt(f"server-{j.name}", self.root / "servers" / f"{j.name}.pid") is None:
-                self._spawn(f"server-{j.name}", server_argv(j, self.s), self.root / "servers" / f"{j.name}.pid")
+                # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the cores
+                self._spawn(f"server-{j.name}", server_argv(j, self.s), self.root / "servers" / f"{j.name}.pid",
+                            {"TOKENIZERS_PARALLELISM": "true"})
             self.state["servers"][j.name] = "starting"
 
     def wait_servers(self, names: set[str]) -> bool:
