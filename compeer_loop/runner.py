@@ -209,7 +209,7 @@ class Driver:
                     self.state["arms"][a.name] = {**self.arm_status(a), "status": "failed: the warm-up failed"}
                 self.save()
                 return
-        judges = {j for a in runnable for j in a.judges}
+        judges = {j for a in runnable if policy_dir(self.root, a.name) is None for j in a.judges}
         if not self.wait_servers(judges):
             broken = {j for j in judges if self.state["servers"].get(j, "").startswith("not ready")}
             for a in [a for a in runnable if broken & set(a.judges)]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,8 @@ def test_the_driver_resumes_a_killed_arm_from_its_checkpoint_and_skips_finished_
     s = LoopSettings(prompts=str(tmp_path), arms=["a", "c", "e"], eval_policies=[])
     (root / "plan.json").write_text(json.dumps(s.to_json()))
     monkeypatch.setattr(runner, "POLL_S", 0.05)
-    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
+    up = {"ready": True}
+    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: up["ready"])
     monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
     monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
         sys.executable, "-c", _FAKE_ARM, "--out", str(root / arm.name), *(["--resume"] if resume else [])])
@@ -161,5 +163,9 @@ def test_the_driver_resumes_a_killed_arm_from_its_checkpoint_and_skips_finished_
     assert sorted((root / "calls.log").read_text().split("\n")) == ["", "c", "c resume", "e", "e resume"]
     assert (root / "c" / "warmup" / "adapter" / "adapter_config.json").exists()
     assert (root / "DONE").read_text() == "ok"
-    runner.Driver(root, s).run(evaluate=False)  # everything is done: nothing runs again
+    up["ready"] = False  # everything is done: nothing runs again, and no server is waited for
+    s.server_wait_s = 30.0
+    t0 = time.monotonic()
+    runner.Driver(root, s).run(evaluate=False)
+    assert time.monotonic() - t0 < 10
     assert len((root / "calls.log").read_text().split()) == 6
