@@ -169,3 +169,15 @@ def test_the_driver_resumes_a_killed_arm_from_its_checkpoint_and_skips_finished_
     runner.Driver(root, s).run(evaluate=False)
     assert time.monotonic() - t0 < 10
     assert len((root / "calls.log").read_text().split()) == 6
+
+
+def test_distinct_intervals_are_shifted_onto_the_figure() -> None:
+    """Resampling repeats replies, which lowers distinct-n; the shifted interval still holds the figure."""
+    from compeer_loop.stats import FIGURES
+
+    records = [{"text": f"reply number {i} says word{i} and word{i + 1}"} for i in range(40)]
+    plain = bootstrap(records, FIGURES["distinct_2"], n_boot=200)
+    shifted = bootstrap(records, FIGURES["distinct_2"], n_boot=200, shift_bias=True)
+    assert plain["hi"] < plain["value"]  # the bias this corrects
+    assert shifted["lo"] <= shifted["value"] <= shifted["hi"]
+    assert shifted["hi"] - shifted["lo"] == pytest.approx(plain["hi"] - plain["lo"])
