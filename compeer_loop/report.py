@@ -258,6 +258,9 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         "## Conclusion (generated from the checks above and the training curves)",
         conclusion(goals(figs), root, s),
         "",
+        ("The ESC-Eval-style 5-round evaluation was not run: the only simulator and scorer available offline is "
+         "SmolLM2-135M, which fails those formats (docs/compeer_loop.md, \"Not done\")."),
+        "",
         "## Published ESConv figures, for scale",
         ("Their models are fine-tuned on ESConv (BlenderBot 90M-class and larger) and decode the reply alone; here a "
          "135M instruct model writes the four CER parts and only the `<response>` part is scored; splits, "
