@@ -70,7 +70,20 @@ def make_parser() -> argparse.ArgumentParser:
     rp.add_argument("--root", type=Path, required=True)
     rp.add_argument("--out", type=Path, required=True)
     rp.add_argument("--gpu-log", type=Path, help="a text file of the GPU calls made (commands, seconds), quoted")
+    rp.add_argument("--eval-step", nargs="*", default=[], metavar="POLICY=STEP",
+                    help="a policy evaluated from an earlier checkpoint than --steps (e.g. d=20); labelled in the table")
+    rp.add_argument("--notes", type=Path, help="a written Markdown section put after the conclusion")
     return p
+
+
+def _eval_steps(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        policy, sep, step = item.partition("=")
+        if not sep or not step.isdigit():
+            raise SystemExit(f"--eval-step: expected POLICY=STEP (e.g. d=20), got {item!r}")
+        out[policy] = int(step)
+    return out
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -164,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from compeer_loop.report import write_report
 
-        print(write_report(args.root, args.out, args.gpu_log))
+        print(write_report(args.root, args.out, args.gpu_log, eval_steps=_eval_steps(args.eval_step),
+                           notes=args.notes))
         return 0
     except (ValueError, FileNotFoundError) as exc:
         print(f"compeer-loop {args.command}: {exc}", file=sys.stderr)

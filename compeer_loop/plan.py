@@ -88,6 +88,9 @@ class LoopSettings:
     embedding_model: str = field(default="default", metadata=_help("reward servers' --embedding-model"))
     prm_adapter: str | None = field(default=None, metadata=_help("PRM judge adapter folder (arm f)"))
     orm_adapter: str | None = field(default=None, metadata=_help("ORM judge adapter folder (arm f)"))
+    max_concurrent_arms: int = field(default=2, metadata=_help(
+        "GRPO arms trained at once on the GPU; one arm at max_completion_length 160 on ESConv prompts held ~48 GB "
+        "(H200 run of 2026-11-26: 4 at once ran out of memory), so 2 on a 140 GB GPU, 1 on an 80 GB one"))
     max_restarts: int = field(default=2, metadata=_help("times a failed arm is resumed from its last checkpoint"))
     eval_policies: list[str] = field(default_factory=lambda: [BASE_POLICY, *(a.name for a in ARMS)],
                                      metadata=_help("policies evaluated (arms + `base`)"))
@@ -106,6 +109,8 @@ class LoopSettings:
             raise ValueError(f"eval_policies {bad}: expected `base` or arm names")
         if self.steps < 1 or self.warmup_steps < 1 or self.save_steps < 1:
             raise ValueError("steps, warmup_steps and save_steps must be >= 1 (every GRPO arm starts from the warm-up)")
+        if self.max_concurrent_arms < 1:
+            raise ValueError(f"max_concurrent_arms must be >= 1 (got {self.max_concurrent_arms})")
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device {self.device!r}: expected cuda or cpu")
 

@@ -69,12 +69,14 @@ def _cell(f: dict[str, Any] | None) -> str:
     return f"{f['value']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]"
 
 
-def table(figs: dict[str, dict[str, Any]]) -> str:
+def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = None) -> str:
+    steps = eval_steps or {}
     head = "| policy | prompts (answered / judged) | " + " | ".join(t for _, t in COLUMNS) + " |"
     rows = [head, "|" + "---|" * (len(COLUMNS) + 2)]
     for name, summary in figs.items():
         f = summary["figures"]
-        rows.append(f"| {policy_label(name)} | {summary['prompts']} ({summary['answered']} / {summary['judged_ok']}) | "
+        at = f" @ step {steps[name]}" if name in steps else ""
+        rows.append(f"| {policy_label(name)}{at} | {summary['prompts']} ({summary['answered']} / {summary['judged_ok']}) | "
                     + " | ".join(_cell(f.get(k)) for k, _ in COLUMNS) + " |")
     return "\n".join(rows)
 
@@ -118,6 +120,9 @@ def goals(figs: dict[str, dict[str, Any]]) -> list[str]:
         out.append(f"distinct-2 of (c) not below (a)'s: {verdict} ({c2['value']:.2f} vs {a2['value']:.2f})")
     else:
         out.append("distinct-2 of (c) not below (a)'s: not measured")
+    for arm in ("d", "e"):  # the other trained-judge arms against the warm-up they started from
+        out.append(f"({arm}) beats (a) on strategy accuracy: {_beats(figs, arm, 'a', 'strategy_accuracy')}")
+        out.append(f"({arm}) beats (a) on the trained judge's reward: {_beats(figs, arm, 'a', 'reward_total')}")
     for arm in ("c", "d"):
         out.append(f"reweighting ({arm}) raises distinct-2 over no reweighting (e): "
                    f"{_beats(figs, arm, 'e', 'distinct_2')}")
@@ -143,13 +148,20 @@ def _reward_movement(root: Path, s: LoopSettings) -> list[str]:
     return out
 
 
-def conclusion(checks: list[str], root: Path, s: LoopSettings) -> str:
+def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:
+    if not eval_steps:
+        return f"{s.steps} GRPO steps per arm"
+    at = ", ".join(f"({p}) at step {n}" for p, n in sorted(eval_steps.items()))
+    return f"{s.steps} GRPO steps scheduled per arm (evaluated early: {at} of {s.steps})"
+
+
+def conclusion(checks: list[str], root: Path, s: LoopSettings, eval_steps: dict[str, int] | None = None) -> str:
     """Which of the paper's claims the data supports at this size, from the goal checks (never typed in)."""
     met = [c.split(":")[0] for c in checks if ": met" in c]
     missed = [c.split(":")[0] for c in checks if ": missed" in c]
     unmeasured = [c.split(":")[0] for c in checks if ": met" not in c and ": missed" not in c]
     moves = _reward_movement(root, s)
-    lines = [f"At SmolLM2-135M with {s.steps} GRPO steps per arm, {len(met)} of {len(checks)} checks are met."]
+    lines = [f"At SmolLM2-135M with {_steps_phrase(s, eval_steps)}, {len(met)} of {len(checks)} checks are met."]
     if met:
         lines.append("Supported by the data: " + "; ".join(met) + ".")
     if missed:
@@ -221,7 +233,9 @@ def _gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
               "evaluation).")]
     for name, a in sorted(state.get("arms", {}).items()):
         secs = f", {a['seconds']:.0f} s" if "seconds" in a else ""
-        lines.append(f"- arm ({name}): {a.get('status')}, step {a.get('step')}/{a.get('max_steps')}{secs}")
+        restarts = state.get("restarts", {}).get(name)
+        again = f", resumed {restarts} time(s) after a crash" if restarts else ""
+        lines.append(f"- arm ({name}): {a.get('status')}, step {a.get('step')}/{a.get('max_steps')}{secs}{again}")
     for name, e in sorted(state.get("eval", {}).items()):
         lines.append(f"- evaluation of {name}: {e}")
     if gpu_log is not None and gpu_log.exists():
@@ -229,8 +243,13 @@ def _gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
     return "\n".join(lines)
 
 
-def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int = 1000) -> Path:
-    """Write report.md, figures.json and the curves into ``out``; returns the report's path."""
+def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int = 1000,
+                 eval_steps: dict[str, int] | None = None, notes: Path | None = None) -> Path:
+    """Write report.md, figures.json and the curves into ``out``; returns the report's path.
+
+    ``eval_steps`` names policies evaluated from an earlier checkpoint than ``steps`` (policy -> GRPO step), which
+    the loop folder cannot tell; ``notes`` is a written Markdown section ("What happened on the GPU") put after the
+    conclusion."""
     s = load_settings(root)
     out.mkdir(parents=True, exist_ok=True)
     state = json.loads((root / STATE_FILE).read_text()) if (root / STATE_FILE).exists() else {}
@@ -250,14 +269,15 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         f"bootstrap 95% over prompts ({n_boot} resamples)."),
         "",
         "## Arms x metrics",
-        table(figs),
+        table(figs, eval_steps),
         "",
         "## The issue's goals, checked against these figures",
         *[f"- {g}" for g in goals(figs)],
         "",
         "## Conclusion (generated from the checks above and the training curves)",
-        conclusion(goals(figs), root, s),
+        conclusion(goals(figs), root, s, eval_steps),
         "",
+        *([notes.read_text().strip(), ""] if notes is not None else []),
         ("The ESC-Eval-style 5-round evaluation was not run: the only simulator and scorer available offline is "
          "SmolLM2-135M, which fails those formats (docs/compeer_loop.md, \"Not done\")."),
         "",

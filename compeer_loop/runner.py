@@ -1,6 +1,6 @@
 """The resumable arm runner: one driver process that starts the reward servers the arms need, runs the warm-up
-(arm a), then every GRPO arm at once (one ``compeer-train grpo`` process each, on the same GPU), then the evaluation
-of every policy, writing ``ROOT/state.json`` as it goes.
+(arm a), then the GRPO arms, ``max_concurrent_arms`` at a time (one ``compeer-train grpo`` process each, on the
+same GPU), then the evaluation of every policy, writing ``ROOT/state.json`` as it goes.
 
 Everything it does is idempotent, so a killed driver (or a killed arm) continues where it stopped when started
 again: a server that answers ``/readyz`` on its port is reused; an arm with ``OUT/final/`` is done; an arm with a
@@ -218,13 +218,25 @@ class Driver:
         self._run_to_end(runnable, judges)
 
     def _run_to_end(self, arms: list[Arm], judges: set[str]) -> None:
+        """Train ``arms`` to the end, at most ``max_concurrent_arms`` at once (in plan order); arms still running
+        from a killed driver are adopted first, whatever the limit."""
         jobs: dict[str, Job] = {}
+        pending: list[Arm] = []
         for arm in arms:
             if policy_dir(self.root, arm.name) is not None:
                 self.state["arms"][arm.name] = {**self.arm_status(arm), "status": "done"}
+                continue
+            adopted = self._adopt(arm.name, self.root / arm.name / "pid")
+            if adopted is not None:
+                jobs[arm.name] = adopted
             else:
+                pending.append(arm)
+        while jobs or pending:
+            while pending and len(jobs) < self.s.max_concurrent_arms:
+                arm = pending.pop(0)
                 jobs[arm.name] = self._launch_arm(arm)
-        while jobs:
+            for arm in pending:
+                self.state["arms"][arm.name] = {**self.arm_status(arm), "status": "waiting (max_concurrent_arms)"}
             time.sleep(POLL_S)
             self.start_evals()
             self.poll_evals()

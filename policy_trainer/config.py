@@ -85,6 +85,11 @@ class CompeerGRPOConfig(GRPOConfig):
         metadata={"help": "Warn when frac_reward_zero_std (groups with no reward spread, hence no learning "
                           "signal) is at least this fraction; the remedy is the SFT warm-up."},
     )
+    max_nonfinite_grad_steps: int = field(
+        default=3,
+        metadata={"help": "A step with NaN/inf gradients is skipped (no update; policy_trainer/guards.py); this many "
+                          "in a row stop the run. 0: no check (the Trainer then writes NaN into the weights)."},
+    )
     # ---- policy --------------------------------------------------------------------------------------------------
     policy_model: str | None = field(
         default="default",
@@ -165,6 +170,8 @@ class CompeerGRPOConfig(GRPOConfig):
             raise ValueError("reward_timeout_s must be > 0: training must never wait on a dead server unbounded")
         if self.reward_max_retries < 0:
             raise ValueError("reward_max_retries must be >= 0")
+        if self.max_nonfinite_grad_steps < 0:
+            raise ValueError(f"max_nonfinite_grad_steps must be >= 0 (got {self.max_nonfinite_grad_steps})")
         if not 0.0 <= self.zero_std_warn_fraction <= 1.0:
             raise ValueError("zero_std_warn_fraction is a fraction of groups: set it between 0 and 1")
         if not self.policy_model:

@@ -21,6 +21,7 @@ from cer.modes import JudgeMode
 from judge.model_store import resolve_model
 from policy_trainer.config import CompeerGRPOConfig
 from policy_trainer.data import load_prompt_set
+from policy_trainer.guards import SkipNonFiniteGradients
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings, ScoringClient
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
@@ -155,7 +156,8 @@ def run(cfg: CompeerGRPOConfig, out_dir: Path, *, resume: bool = False,
     reward_funcs: list[Any] = [reward]  # async callable: TRL's annotation lists only sync ones
     trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=cfg, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=peft,
-                          callbacks=[MetricsReport(out_dir, cfg.zero_std_warn_fraction)])
+                          callbacks=[SkipNonFiniteGradients(cfg.max_nonfinite_grad_steps),  # before the report
+                                     MetricsReport(out_dir, cfg.zero_std_warn_fraction)])
     log.info("GRPO: policy %s, %d prompts, G=%d, judge %s, redundancy %s, reward servers %s", policy_path,
              len(dataset), cfg.num_generations, cfg.judge_mode, cfg.redundancy_mode, ",".join(cfg.reward_server))
     try:

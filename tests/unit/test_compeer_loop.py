@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
@@ -83,8 +84,12 @@ def test_goals_are_stated_from_the_figures() -> None:
     assert out[0].startswith("(c) beats (a) on strategy accuracy: met")
     assert "met" in out[1]
     assert "distinct-2 of (c) not below (a)'s: met" in out[4]
-    assert ": met" in out[5] and "missed: (d) is higher by 5.00 but the 95% intervals overlap" in out[6]
-    assert "(f) was not evaluated" in out[7]
+    assert out[5].startswith("(d) beats (a) on strategy accuracy: met")
+    assert out[8].startswith("(e) beats (a) on the trained judge's reward: met")
+    assert ": met" in out[9] and "missed: (d) is higher by 5.00 but the 95% intervals overlap" in out[10]
+    assert "(f) was not evaluated" in out[11]
+    del figs["c"]
+    assert all("not measured" in line for line in goals(figs)[:5])
 
 
 class _Recording:
@@ -171,6 +176,62 @@ def test_the_driver_resumes_a_killed_arm_from_its_checkpoint_and_skips_finished_
     assert len((root / "calls.log").read_text().split()) == 6
 
 
+_FAKE_ARM_SLOW = """
+import pathlib, sys, time
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+others = [p.name for p in out.parent.glob("*.running")]
+(out.parent / (out.name + ".running")).write_text("")
+with (out.parent / "calls.log").open("a") as fh:
+    fh.write(out.name + " alongside " + ",".join(sorted(others)) + "\\n")
+time.sleep(0.3)
+(out.parent / (out.name + ".running")).unlink()
+if out.name == "d":
+    sys.exit(1)  # always crashes (as the NaN step did)
+(out / "final").mkdir(parents=True)
+(out / "final" / "adapter_config.json").write_text("{}")
+"""
+
+
+def _fake_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: Any) -> tuple[Path, LoopSettings]:
+    import sys
+
+    from compeer_loop import runner
+
+    root = tmp_path / "loop"
+    root.mkdir()
+    s = LoopSettings(prompts=str(tmp_path), eval_policies=[], **settings)
+    (root / "plan.json").write_text(json.dumps(s.to_json()))
+    monkeypatch.setattr(runner, "POLL_S", 0.05)
+    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
+    monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
+    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
+        sys.executable, "-c", _FAKE_ARM_SLOW, "--out", str(root / arm.name)])
+    return root, s
+
+
+def test_the_driver_runs_at_most_max_concurrent_arms_and_a_failed_arm_costs_one_try_per_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four GRPO arms at once ran out of memory on the H200: with max_concurrent_arms=1 no arm starts while another
+    runs; an arm that always crashes is tried 1 + max_restarts times, and a later driver (`resume`) tries it once."""
+    from compeer_loop import runner
+
+    root, s = _fake_driver(tmp_path, monkeypatch, arms=["a", "b", "c", "d"], max_concurrent_arms=1, max_restarts=1)
+    state = runner.Driver(root, s).run(evaluate=False)
+    calls = (root / "calls.log").read_text().split("\n")[:-1]
+    assert sorted(c.split()[0] for c in calls) == ["b", "c", "d", "d"]
+    assert all(c.endswith("alongside ") for c in calls), calls  # never two arms at once
+    assert {k: v["status"][:6] for k, v in state["arms"].items()} == {"a": "done", "b": "done", "c": "done",
+                                                                       "d": "failed"}
+    runner.Driver(root, s).run(evaluate=False)
+    assert len((root / "calls.log").read_text().split("\n")[:-1]) == 5  # one more try of d, nothing else
+
+
+def test_max_concurrent_arms_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_concurrent_arms"):
+        LoopSettings(max_concurrent_arms=0)
+
+
 def test_distinct_intervals_are_shifted_onto_the_figure() -> None:
     """Resampling repeats replies, which lowers distinct-n; the shifted interval still holds the figure."""
     from compeer_loop.stats import FIGURES
@@ -181,3 +242,68 @@ def test_distinct_intervals_are_shifted_onto_the_figure() -> None:
     assert plain["hi"] < plain["value"]  # the bias this corrects
     assert shifted["lo"] <= shifted["value"] <= shifted["hi"]
     assert shifted["hi"] - shifted["lo"] == pytest.approx(plain["hi"] - plain["lo"])
+
+
+class _NaNGrad(torch.autograd.Function):
+    """Identity forward, NaN gradient backward when the flag is set: a finite loss with NaN gradients, as the
+    GRPO arms logged at step 23 on the H200."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(bad)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (bad,) = ctx.saved_tensors
+        return (grad * float("nan") if bool(bad) else grad), None
+
+
+class _TinyModel(torch.nn.Module):
+    def __init__(self, bad_steps: set[int]) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
+        self.bad_steps, self.calls = bad_steps, 0
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        bad = torch.tensor(self.calls in self.bad_steps)  # the step's batch, as batch 23 was
+        self.calls += 1
+        return {"loss": (_NaNGrad.apply(self.w, bad) * x).sum()}
+
+
+def test_a_real_trainer_skips_a_step_with_nan_gradients_and_stops_after_too_many(tmp_path: Path) -> None:
+    """transformers' Trainer with the guard: the NaN step leaves the weights finite and untouched, later steps
+    train; without the guard the same run writes NaN into the weights; N NaN steps in a row stop the run."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from policy_trainer.guards import NonFiniteGradientError, SkipNonFiniteGradients
+
+    def train(bad_steps: set[int], guard: SkipNonFiniteGradients | None) -> tuple[_TinyModel, list[dict[str, Any]]]:
+        rows = [{"x": torch.ones(2)} for _ in range(4)]
+        args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=4,
+                                 learning_rate=0.1, max_grad_norm=1.0, logging_steps=1, report_to=[],
+                                 save_strategy="no", use_cpu=True, disable_tqdm=True)
+        model = _TinyModel(bad_steps)
+        logged: list[dict[str, Any]] = []
+
+        class Record(TrainerCallback):  # what MetricsReport (after the guard) writes to metrics.jsonl
+            def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+                if "loss" in logs:
+                    logged.append(dict(logs))
+
+        trainer = Trainer(model=model, args=args, train_dataset=rows,
+                          callbacks=[guard, Record()] if guard else [Record()],
+                          data_collator=lambda b: {"x": torch.stack([r["x"] for r in b])})
+        trainer.train()
+        return model, logged
+
+    unguarded, _ = train({1}, None)
+    assert not torch.isfinite(unguarded.w).all()  # what the arms did
+    guard = SkipNonFiniteGradients(max_consecutive=3)
+    model, logs = train({1}, guard)
+    assert torch.isfinite(model.w).all() and guard.skipped == 1 and guard.consecutive == 0
+    assert [h["compeer/nonfinite_grad_steps"] for h in logs] == [0.0, 1.0, 1.0, 1.0]
+    # AdamW moves w by about lr per step (linear decay 0.1, 0.075, 0.05, 0.025): the skipped step moved nothing
+    assert float(model.w[0]) == pytest.approx(1.0 - 0.1 - 0.05 - 0.025, abs=1e-3)
+    with pytest.raises(NonFiniteGradientError, match="2 optimizer steps in a row"):
+        train({1, 2}, SkipNonFiniteGradients(max_consecutive=2))
