@@ -136,6 +136,19 @@ def test_mutated_wire_bytes_never_internal(service: LiveService, raw: bytes) -> 
         _code(lambda: call(raw, timeout=20))
 
 
+@pytest.mark.parametrize("raw", [b"\x0a\xff\xff", b"\x1a\x02\xff\xfe"])  # corrupt wire format; bad UTF-8 string
+def test_undecodable_request_is_invalid_argument_on_body(service: LiveService, raw: bytes) -> None:
+    """Found by the mutation test above: gRPC's own parsing answered UNKNOWN for these bytes."""
+    with grpc.insecure_channel(service.grpc_address) as channel:
+        call = channel.unary_unary("/compeer.reward.v1.RewardService/ScoreGroup",
+                                   request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as exc:
+            call(raw, timeout=10)
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(exc.value.trailing_metadata())["compeer-error-field"] == "body"
+    assert "ScoreGroupRequest" in exc.value.details()
+
+
 def test_server_stays_ready_after_fuzzing(service: LiveService, stub: pb_grpc.RewardServiceStub) -> None:
     assert service.core.ready
     assert stub.Info(pb.InfoRequest(), timeout=10).model == "fake-judge"

@@ -9,13 +9,17 @@ examples per operation and mode.
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -83,6 +87,47 @@ def test_bad_group_beside_a_good_one_fails_alone(schema: Any, service: LiveServi
         groups = r.json()["groups"]
         assert groups[0]["error"]["field"].startswith("groups[0]"), groups[0]
         assert [c["status"] for c in groups[1]["results"]] == ["ok"]
+
+    run()
+
+
+EXAMPLE = json.loads((Path(__file__).parents[2] / "examples" / "group.json").read_text())
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                       max_size=3), max_leaves=6)
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    kids = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    return [path] + [p for k, v in kids for p in _paths(v, (*path, k))]
+
+
+@st.composite
+def mutated_examples(draw: st.DrawFn) -> Any:
+    """examples/group.json with 1-3 nodes replaced by any JSON value (the issue's mutation test, 21 of 150 -> 500)."""
+    doc = copy.deepcopy(EXAMPLE)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(doc)))
+        value = draw(JSON_VALUES)
+        if not path:
+            return value
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = value
+    return doc
+
+
+def test_mutated_example_is_never_a_server_error(service: LiveService) -> None:
+    @FUZZ
+    @given(doc=mutated_examples())
+    def run(doc: Any) -> None:
+        r = requests.post(f"{service.http_url}/v1/score", json=doc, timeout=20)
+        assert r.status_code in (200, 422), r.text
+        if r.status_code == 422:
+            assert r.json()["error"]["field"], r.text
+        batch = requests.post(f"{service.http_url}/v1/score:batch", json={"groups": [doc, body([GOOD])]}, timeout=20)
+        assert batch.status_code == 200 and batch.json()["groups"][1]["results"][0]["status"] == "ok", batch.text
 
     run()
 
