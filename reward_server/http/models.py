@@ -40,7 +40,7 @@ class _Request(BaseModel):
 
 
 class _Response(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Answers may gain fields in later versions: clients should ignore the ones they don't know."""
 
 
 # ---- requests -------------------------------------------------------------------------------------------------

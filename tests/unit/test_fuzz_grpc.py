@@ -24,7 +24,7 @@ from reward_server.proto import pb, pb_grpc
 from tests.unit.live_service import LiveService, live_service
 from tests.unit.test_reward_service import GOOD, body
 
-FUZZ = settings(max_examples=40, deadline=None, database=None,
+FUZZ = settings(max_examples=60, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 CLIENT_CODES = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DEADLINE_EXCEEDED}
 _TEXTS = st.one_of(st.text(max_size=30), st.sampled_from(["", "  ", GOOD, GOOD[:40], "<<<", "x" * 8001]))

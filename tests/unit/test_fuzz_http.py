@@ -32,7 +32,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.unit.live_service import LiveService, live_service
 from tests.unit.test_reward_service import GOOD, body
 
-FUZZ = settings(max_examples=30, deadline=None, database=None,
+FUZZ = settings(max_examples=50, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 #: A batch answers 200 with an error entry for each malformed group (the others are scored), so a schema-breaking
