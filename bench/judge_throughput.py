@@ -1,7 +1,7 @@
 """Judge throughput of the reward service vs the raw engine and a naive transformers judge, cache-hit latency,
 unified vs single-pass cost, and the server's peak memory. One run, side by side, on this machine.
 
-    python -m bench.judge_throughput [--groups 4] [--group-size 4] [--naive-candidates 1] [--cache-requests 300]
+    python -m bench.judge_throughput [--groups 8] [--group-size 4] [--naive-candidates 1] [--cache-requests 300]
 
 Order: (1) raw vLLM engine in this process runs the judge conversations of two sets of groups once (warm-up +
 recording) and then replays exactly the recorded generations, timed, set after set; (2) the real server process
@@ -220,7 +220,7 @@ def _or_reason(value: float | None, fig: dict[str, Any]) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--groups", type=int, default=4)
+    p.add_argument("--groups", type=int, default=8)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--naive-candidates", type=int, default=1)
     p.add_argument("--cache-requests", type=int, default=300)
