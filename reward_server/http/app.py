@@ -92,6 +92,8 @@ def create_app(core: RewardCore) -> FastAPI:
     @app.post("/v1/score", response_model=models.ScoreGroupResponse, responses=_ERRORS,
               openapi_extra=_body_schema(models.ScoreGroupRequest))
     async def score(request: Request) -> Response:
+        """Judge a group of candidate CER outputs for one conversation (gRPC ``ScoreGroup``). A bad candidate
+        gets its own ``invalid_input`` result; the others are scored."""
         async def run(body: Any) -> dict[str, Any]:
             return (await core.score_group(group_from_json(body))).to_json()
 
@@ -100,6 +102,7 @@ def create_app(core: RewardCore) -> FastAPI:
     @app.post("/v1/score:batch", response_model=models.ScoreBatchResponse, responses=_ERRORS,
               openapi_extra=_body_schema(models.ScoreBatchRequest))
     async def score_batch(request: Request) -> Response:
+        """Judge many groups in one call (gRPC ``ScoreBatch``); each group succeeds or fails on its own."""
         async def run(body: Any) -> dict[str, Any]:
             outcomes = await core.score_batch(batch_from_json(body))
             return {"groups": [{"error": o.to_json()} if isinstance(o, ErrorInfo) else o.to_json()
@@ -109,16 +112,19 @@ def create_app(core: RewardCore) -> FastAPI:
 
     @app.get("/v1/info", response_model=models.InfoResponse)
     async def info() -> Response:
+        """Model, versions, limits and configuration of this server (gRPC ``Info``)."""
         return JSONResponse(core.info().to_json())
 
     @app.get("/healthz", response_model=models.HealthStatus, responses={503: {"model": models.HealthStatus}})
     async def healthz() -> Response:
+        """Liveness: 503 once the engine has died."""
         if core.alive:
             return JSONResponse({"status": "alive"})
         return JSONResponse({"status": "engine_dead"}, status_code=503)
 
     @app.get("/readyz", response_model=models.ReadyStatus, responses={503: {"model": models.ReadyStatus}})
     async def readyz() -> Response:
+        """Readiness: 200 once the engine is loaded and serving."""
         ready = core.ready
         return JSONResponse({"status": "ready" if ready else "not_ready"}, status_code=200 if ready else 503)
 
@@ -126,6 +132,7 @@ def create_app(core: RewardCore) -> FastAPI:
              responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
                               "description": "Prometheus text exposition"}})
     async def metrics() -> Response:
+        """Prometheus metrics (``compeer_*``)."""
         return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
 
     _install_openapi(app)
