@@ -1,5 +1,6 @@
 """FastAPI app over the core: ``POST /v1/score``, ``POST /v1/score:batch``, ``GET /v1/info``, ``/healthz``,
-``/readyz``, ``/metrics``. Handlers only convert, await the core and convert back."""
+``/readyz``, ``/metrics``, and (``http/dialogues.py``) ``POST /v1/dialogues:score`` and ``POST /get_reward``.
+Handlers only convert, await the core and convert back."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from reward_server import __version__
 from reward_server.core import RewardCore
 from reward_server.errors import InvalidArgument, ServiceError
 from reward_server.http.convert import batch_from_json, group_from_json
+from reward_server.http.dialogues import add_dialogue_routes
 from reward_server.types import ErrorInfo
 
 
@@ -57,6 +59,8 @@ def create_app(core: RewardCore) -> FastAPI:
                                for o in outcomes]}
 
         return await handle("ScoreBatch", request, run)
+
+    add_dialogue_routes(app, core, handle)
 
     @app.get("/v1/info")
     async def info() -> Response:
