@@ -160,7 +160,7 @@ async def test_the_default_is_the_trained_judge_and_its_reward_separates(reward_
 
 
 async def test_dialogue_get_reward_and_verl_on_the_real_server(reward_server: RunningServer) -> None:
-    """A 2-supporter-turn dialogue (one CER turn, one plain reply) over HTTP and gRPC; then the CER turn again as
+    """A dialogue with 3 supporter turns (two plain replies, one CER turn) over HTTP and gRPC; then the CER turn again as
     OpenRLHF's /get_reward sends it (prompt from the policy tokenizer's own chat template) and as veRL's reward
     function asks for it: the same judgment (the Redis cache answers, so the judge runs once)."""
     from transformers import AutoTokenizer
@@ -178,13 +178,15 @@ async def test_dialogue_get_reward_and_verl_on_the_real_server(reward_server: Ru
     async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=600) as http:
         res = (await http.post("/v1/dialogues:score", json={"turns": turns})).json()
         assert [(t["index"], t["mode"], t["status"]) for t in res["turns"]] == [
-            (len(history), "unified", "ok"), (len(history) + 2, "reply", "ok")]
-        cer_total, reply_total = (t["rewards"]["total"] for t in res["turns"])
-        assert res["turns"][1]["rewards"]["reply"] == reply_total in (1.0, -1.0)
-        assert res["aggregate"]["scored"] == 2 and res["aggregate"]["min_total"] == min(cer_total, reply_total)
+            (1, "reply", "ok"), (3, "unified", "ok"), (5, "reply", "ok")]
+        totals = [t["rewards"]["total"] for t in res["turns"]]
+        cer_total = totals[1]
+        assert [t["rewards"]["reply"] for t in res["turns"]] == [totals[0], None, totals[2]]
+        assert totals[0] in (1.0, -1.0) and totals[2] in (1.0, -1.0) and res["turns"][2]["steps"] == []
+        assert res["aggregate"]["scored"] == 3 and res["aggregate"]["min_total"] == min(totals)
         async with RewardClient([reward_server.grpc_address], timeout_s=300) as client:
             via_grpc = await client.score_dialogue(dialogue_request({"turns": turns}))
-        assert [t.result.rewards.total for t in via_grpc.turns] == [cer_total, reply_total]
+        assert [t.result.rewards.total for t in via_grpc.turns] == totals
         assert all(t.result.cache_hit for t in via_grpc.turns)
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model("default").path)
