@@ -4,8 +4,9 @@ OpenRLHF posts ``{"query": [...], "prompts": [...], "labels": [...]}``: ``query[
 followed by the generated response, ``prompts[i]`` the chat-templated prompt alone, ``labels[i]`` the dataset's label
 (``--label_key``). It reads back ``{"rewards": [...], "scores": [...], "extra_logs": {...}}``, one number per query.
 
-Mapping (:func:`map_query`): the response is ``query[len(prompt):]`` when ``prompts[i]`` is given (the query must
-start with it), else what follows the last assistant header of the query; trailing end-of-turn tokens are cut. The
+Mapping (:func:`map_query`): the response is ``query[len(prompt):]`` when the query starts with ``prompts[i]``, else
+(no prompt, or a decode round trip changed its text) what follows the query's last assistant header, the prompt
+then read from the query before it; trailing end-of-turn tokens are cut. The
 prompt's messages are read back from its chat template (ChatML: ``<|im_start|>role ... <|im_end|>``, as SmolLM2 and
 Qwen write it; Llama 3: ``<|start_header_id|>role<|end_header_id|> ... <|eot_id|>``): system messages are dropped,
 ``user`` turns are the seeker's, ``assistant`` turns the supporter's (their reply part, :func:`reply_text`). The
@@ -81,14 +82,12 @@ def parse_chat(prompt: str) -> list[Turn]:
 
 def map_query(query: str, prompt: str | None, label: Any) -> RewardQuery:
     """Read one query (with its prompt and label) as history + candidate + reference; ValueError says why not."""
-    if prompt:
-        if not query.startswith(prompt):
-            raise ValueError("the query does not start with its prompt (prompts[i])")
+    if prompt and query.startswith(prompt):
         context, response = prompt, query[len(prompt):]
-    else:
+    else:  # no prompt, or a decode round trip changed its text: split at the query's last assistant header
         heads = list(_ASSISTANT_HEADER.finditer(query))
         if not heads:
-            raise ValueError("no prompt given and no assistant header in the query to split it at")
+            raise ValueError("the query does not start with its prompt and has no assistant header to split it at")
         context, response = query[: heads[-1].end()], query[heads[-1].end():]
     response = _strip_end(response)
     if not response:

@@ -173,7 +173,9 @@ def test_query_mapping() -> None:
     llama = ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe kind.<|eot_id|><|start_header_id|>user"
              f"<|end_header_id|>\n\n{SEEKER1}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
     assert [t.text for t in parse_chat(llama)] == [SEEKER1]
-    for query, prompt, why in [("plain text", None, "assistant header"), (PROMPT + GOOD, "other", "start with"),
+    # a prompt the query does not start with (a decode round trip may change whitespace): split at the header
+    assert map_query(PROMPT + PLAIN, PROMPT.replace("\n", " \n"), None).history == m.history
+    for query, prompt, why in [("plain text", None, "assistant header"), ("plain text", "other", "assistant header"),
                                (PROMPT, PROMPT, "empty"), ("Hello " + PLAIN, "Hello ", "chat format")]:
         with pytest.raises(ValueError, match=why):
             map_query(query, prompt, None)
@@ -206,7 +208,7 @@ async def test_get_reward_never_invents_a_reward() -> None:
         out = r.json()
         assert out["rewards"] == [5.0, -7.0] and out["scores"] == [1.0, 0.0]
         assert out["extra_logs"]["compeer_scored"] == [1.0, 0.0] and out["statuses"] == ["ok", "invalid_input"]
-        assert "no assistant header" in out["errors"]["1"]
+        assert "assistant header" in out["errors"]["1"]
 
 
 async def test_get_reward_limits(svc: Service) -> None:
