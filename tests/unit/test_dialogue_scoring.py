@@ -251,6 +251,16 @@ async def test_verl_compute_score_over_http(svc: Service) -> None:
                                        failure_reward=-5.0) == -5.0
         with pytest.raises(verl.CompeerRewardError, match="history"):
             await asyncio.to_thread(verl.compute_score, "esconv", GOOD, "ref", {}, url=url)
+        # veRL's batch reward manager: lists, one /v1/score:batch call
+        batch = await asyncio.to_thread(verl.compute_score_batch, data_sources=["esconv"] * 3,
+                                        solution_strs=[GOOD, PLAIN, GOOD],
+                                        ground_truths=["That must be frustrating.", None, ""],
+                                        extra_infos=[{"history": history}, {"history": history}, {}],
+                                        url=url, failure_reward=-9.0)
+        assert batch == [5.0, -9.0, -9.0]  # unified: the plain reply lacks its parts and the reference, the 3rd its history
+        with pytest.raises(verl.CompeerRewardError, match="item 1"):
+            await asyncio.to_thread(verl.compute_score_batch, ["esconv"] * 2, [GOOD, GOOD],
+                                    ["That must be frustrating.", ""], [{"history": history}] * 2, url=url)
     finally:
         server.should_exit = True
         await task
