@@ -11,9 +11,12 @@ with the result cache off, so no phase profits from an earlier one. Phases, one 
   client loop does);
 * ``per_turn_concurrent``: the same calls for one dialogue sent at once.
 
-The order of the phases is repeated (``--rounds``) and rates are totals over the rounds. Prints the ratios.
+An untimed pass over every dialogue comes first, so that every phase finds the engine's prefix cache equally warm
+(the cache is what a serving engine keeps; without the pass the first phase ran cold and the last warm). The phases
+are repeated ``--rounds`` times, their order rotated each round, and rates are totals over the rounds. Prints the
+ratios.
 
-    python -m bench.dialogue_scoring [--dialogues 5 --turns 8 --rounds 2]
+    python -m bench.dialogue_scoring [--dialogues 5 --turns 8 --rounds 3]
 """
 
 from __future__ import annotations
@@ -58,30 +61,36 @@ async def _post(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> dic
     return out
 
 
+async def _phase(http: httpx.AsyncClient, name: str, dialogues: list[list[dict[str, str]]]) -> int:
+    """Run one phase over every dialogue; the supporter turns scored ``ok``."""
+    ok = 0
+    for d in dialogues:
+        if name == "dialogue":
+            ok += (await _post(http, "/v1/dialogues:score", {"turns": d}))["aggregate"]["scored"]
+        elif name == "per_turn_sequential":
+            for b in per_turn_bodies(d):
+                ok += (await _post(http, "/v1/score", b))["results"][0]["status"] == "ok"
+        else:
+            outs = await asyncio.gather(*(_post(http, "/v1/score", b) for b in per_turn_bodies(d)))
+            ok += sum(o["results"][0]["status"] == "ok" for o in outs)
+    return ok
+
+
+PHASES = ("dialogue", "per_turn_sequential", "per_turn_concurrent")
+
+
 async def run_phases(url: str, dialogues: list[list[dict[str, str]]], rounds: int) -> dict[str, Any]:
-    wall = {"dialogue": 0.0, "per_turn_sequential": 0.0, "per_turn_concurrent": 0.0}
-    scored = {k: 0 for k in wall}
+    """Time each phase ``rounds`` times, the phase order rotated each round, after one untimed pass over every
+    dialogue (so that every phase finds the engine's prefix cache equally warm)."""
+    wall = {k: 0.0 for k in PHASES}
+    scored = {k: 0 for k in PHASES}
     async with httpx.AsyncClient(base_url=url, timeout=600) as http:
-        await _post(http, "/v1/dialogues:score", {"turns": dialogues[0]})  # warm-up, not timed
-        for _ in range(rounds):
-            t = time.perf_counter()
-            for d in dialogues:
-                res = await _post(http, "/v1/dialogues:score", {"turns": d})
-                scored["dialogue"] += res["aggregate"]["scored"]
-            wall["dialogue"] += time.perf_counter() - t
-
-            t = time.perf_counter()
-            for d in dialogues:
-                for b in per_turn_bodies(d):
-                    res = await _post(http, "/v1/score", b)
-                    scored["per_turn_sequential"] += res["results"][0]["status"] == "ok"
-            wall["per_turn_sequential"] += time.perf_counter() - t
-
-            t = time.perf_counter()
-            for d in dialogues:
-                outs = await asyncio.gather(*(_post(http, "/v1/score", b) for b in per_turn_bodies(d)))
-                scored["per_turn_concurrent"] += sum(o["results"][0]["status"] == "ok" for o in outs)
-            wall["per_turn_concurrent"] += time.perf_counter() - t
+        await _phase(http, "dialogue", dialogues)  # warm-up, not timed
+        for r in range(rounds):
+            for name in PHASES[r % 3:] + PHASES[: r % 3]:
+                t = time.perf_counter()
+                scored[name] += await _phase(http, name, dialogues)
+                wall[name] += time.perf_counter() - t
     n = len(dialogues) * rounds
     return {"dialogues_per_s": {k: n / w for k, w in wall.items()}, "wall_s": wall, "turns_scored_ok": scored}
 
@@ -90,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dialogues", type=int, default=5)
     p.add_argument("--turns", type=int, default=8, help="turns per dialogue (about half are supporter turns)")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
     dialogues = load_dialogues(a.dialogues, a.turns)
     supporter_turns = sum(per_turn_bodies(d).__len__() for d in dialogues)
