@@ -124,10 +124,13 @@ async def raw_engine_phase(model_path: str, sets: list[list[GroupRequest]]) -> t
     return sum(len(r) for r in recorded) / wall, recorded[0]
 
 
-def start_server(grpc_port: int, http_port: int, redis_url: str | None) -> subprocess.Popen[bytes]:
+def start_server(grpc_port: int, http_port: int, redis_url: str | None,
+                 extra: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``compeer-reward serve`` (vLLM, default judge) and wait until it is ready; ``extra``: more flags."""
     cmd = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", "vllm", "--host", "127.0.0.1",
            "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "WARNING"]
     cmd += ["--redis-url", redis_url] if redis_url else ["--cache", "memory"]
+    cmd += extra or []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

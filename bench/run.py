@@ -1,6 +1,7 @@
 """``make bench``: run every benchmark, one after another (each starts what it measures), and list the files.
 
-    python -m bench.run [NAME ...]     # default: all; names: judge_throughput, reward_fn_overhead, data_builder_ingest, eval_throughput
+    python -m bench.run [NAME ...]     # default: all; names: judge_throughput, reward_fn_overhead, data_builder_ingest, eval_throughput,
+                                       # dialogue_scoring
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("judge_throughput", "reward_fn_overhead", "data_builder_ingest", "eval_throughput")
+BENCHMARKS = ("judge_throughput", "reward_fn_overhead", "data_builder_ingest", "eval_throughput", "dialogue_scoring")
 
 
 def main(argv: list[str] | None = None) -> int:

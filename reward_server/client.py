@@ -15,9 +15,9 @@ from typing import Self, TypeVar
 
 import grpc
 
-from reward_server.grpc import convert
+from reward_server.grpc import convert, dialogue_convert
 from reward_server.proto import pb, pb_grpc
-from reward_server.types import ErrorInfo, GroupRequest, GroupResponse, InfoResponse
+from reward_server.types import DialogueRequest, DialogueResponse, ErrorInfo, GroupRequest, GroupResponse, InfoResponse
 
 T = TypeVar("T")
 _MAX_MESSAGE = 256 * 1024 * 1024
@@ -92,6 +92,12 @@ class RewardClient:
         msg = pb.ScoreBatchRequest(groups=[convert.group_request_to_pb(g) for g in groups])
         reply = await self._call(lambda stub, t: stub.ScoreBatch(msg, timeout=t), timeout_s)
         return convert.batch_from_pb(reply)
+
+    async def score_dialogue(self, request: DialogueRequest, timeout_s: float | None = None) -> DialogueResponse:
+        """Score every supporter turn of a dialogue; raises :class:`RewardCallError` on a dialogue-level error."""
+        msg = dialogue_convert.dialogue_request_to_pb(request)
+        reply = await self._call(lambda stub, t: stub.ScoreDialogue(msg, timeout=t), timeout_s)
+        return dialogue_convert.dialogue_response_from_pb(reply)
 
     async def info(self, timeout_s: float | None = None) -> InfoResponse:
         """Model, versions, limits and configuration of a server."""

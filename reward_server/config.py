@@ -3,6 +3,7 @@ generated from its fields (and those of the nested engine, judge and limit setti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from cer.modes import JudgeMode
@@ -13,6 +14,18 @@ from reward_server.types import SCORE_MODES, Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class GetRewardSettings:
+    """``POST /get_reward`` (OpenRLHF's remote reward model protocol): how its queries are judged, and what an
+    unscored query is worth (nothing unless set: the call then fails, see docs/reward_server.md)."""
+
+    mode: JudgeMode = setting(JudgeMode.UNIFIED, choices=[m.value for m in SCORE_MODES],
+                              help="judge mode of every /get_reward query (a mode with a preference round needs "
+                                   "the query's label as the reference reply)")
+    failure_reward: float | None = setting(None, help="reward (and score 0) given to a query that was not scored; "
+                                                      "unset: a call with such a query fails with 502 UNSCORED")
 
 
 @dataclass
@@ -35,6 +48,8 @@ class ServerConfig:
                                       help="judge mode of a request that names none")
     judge: JudgeSettings = nested(JudgeSettings, help="judge sampling and retries")
     limits: Limits = nested(Limits, help="request limits")
+    get_reward: GetRewardSettings = nested(GetRewardSettings, prefix="get-reward-",
+                                           help="POST /get_reward (OpenRLHF remote reward model)")
     judge_timeout_s: float = setting(120.0, help="per-candidate judge limit in seconds (past it: status timeout)")
     default_timeout_s: float = setting(300.0, help="per-request limit when neither the caller nor the transport "
                                                    "sets a deadline")
@@ -76,6 +91,14 @@ class ServerConfig:
             raise ValueError(f"rationale_max_chars {j.rationale_max_chars}: expected >= 1")
         if self.limits.max_candidates < 1 or self.limits.max_groups < 1:
             raise ValueError("limits max_candidates and max_groups must be >= 1")
+        L = self.limits
+        if not 1 <= L.max_dialogue_turns <= L.max_history_turns + 1:
+            raise ValueError(f"max_dialogue_turns {L.max_dialogue_turns}: expected 1..max_history_turns + 1 "
+                             f"({L.max_history_turns + 1}; a supporter turn's history is every earlier turn)")
+        if L.max_queries < 1:
+            raise ValueError(f"max_queries {L.max_queries}: expected >= 1")
+        if self.get_reward.failure_reward is not None and not math.isfinite(self.get_reward.failure_reward):
+            raise ValueError("get_reward failure_reward must be a finite number (or unset)")
         if self.judge_timeout_s <= 0 or self.default_timeout_s <= 0:
             raise ValueError("judge_timeout_s and default_timeout_s must be > 0 seconds")
         if self.log_level.upper() not in LOG_LEVELS:

@@ -15,6 +15,7 @@ class ErrorCode(str, enum.Enum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     INTERNAL = "INTERNAL"
+    UNSCORED = "UNSCORED"
 
 
 #: code -> (HTTP status, gRPC status). Both fronts read this table and nothing else.
@@ -24,6 +25,9 @@ ERROR_TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     ErrorCode.DEADLINE_EXCEEDED: (504, grpc.StatusCode.DEADLINE_EXCEEDED),
     ErrorCode.RESOURCE_EXHAUSTED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
     ErrorCode.INTERNAL: (500, grpc.StatusCode.INTERNAL),
+    # a batch in a protocol whose reply has no room for a missing score (POST /get_reward) held an item the judge did
+    # not score (parse failure, timeout, engine error) and no failure reward is configured
+    ErrorCode.UNSCORED: (502, grpc.StatusCode.UNKNOWN),
 }
 
 
@@ -71,6 +75,12 @@ class Overloaded(ServiceError):
     """Too many requests in flight."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class Unscored(ServiceError):
+    """An item of a batch was not scored and the protocol cannot say so per item (``/get_reward``)."""
+
+    code = ErrorCode.UNSCORED
 
 
 class Internal(ServiceError):

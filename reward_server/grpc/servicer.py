@@ -15,8 +15,9 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from reward_server.core import RewardCore
+from reward_server.dialogue import score_dialogue
 from reward_server.errors import InvalidArgument, ServiceError
-from reward_server.grpc import convert
+from reward_server.grpc import convert, dialogue_convert
 from reward_server.proto import pb, pb_grpc
 from reward_server.types import ErrorInfo, GroupRequest
 
@@ -86,6 +87,15 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
             return convert.batch_to_pb(await self.core.score_batch(groups, context.time_remaining()))
 
         return await self._unary("ScoreBatch", context, run)
+
+    async def ScoreDialogue(self, request: pb.ScoreDialogueRequest | Undecodable, context: Any
+                            ) -> pb.ScoreDialogueResponse:
+        async def run() -> pb.ScoreDialogueResponse:
+            req = dialogue_convert.dialogue_request_from_pb(_decoded(request))
+            resp = await score_dialogue(self.core, req, context.time_remaining())
+            return dialogue_convert.dialogue_response_to_pb(resp)
+
+        return await self._unary("ScoreDialogue", context, run)
 
     async def Info(self, request: pb.InfoRequest | Undecodable, context: Any) -> pb.InfoResponse:
         async def run() -> pb.InfoResponse:

@@ -1,5 +1,6 @@
 """FastAPI app over the core: ``POST /v1/score``, ``POST /v1/score:batch``, ``GET /v1/info``, ``/healthz``,
-``/readyz``, ``/metrics``. Handlers only convert, await the core and convert back.
+``/readyz``, ``/metrics``, and (``http/dialogues.py``) ``POST /v1/dialogues:score`` and ``POST /get_reward``.
+Handlers only convert, await the core and convert back.
 
 ``/openapi.json`` (and ``/docs``) is the HTTP contract, built from ``http/models.py``. Request bodies are read and
 validated by the handlers (a batch group by group, so one malformed group fails alone), so the route declares
@@ -21,23 +22,15 @@ from pydantic.json_schema import models_json_schema
 
 from reward_server import __version__
 from reward_server.core import RewardCore
-from reward_server.errors import ERROR_TABLE, ErrorCode, InvalidArgument, ServiceError
+from reward_server.errors import InvalidArgument, ServiceError
 from reward_server.http import models
 from reward_server.http.convert import batch_from_json, group_from_json, invalid_argument
+from reward_server.http.dialogues import GetRewardIn, add_dialogue_routes
 from reward_server.types import ErrorInfo
 
-_REF = "#/components/schemas/{model}"
 #: Request bodies read by the handlers themselves: their schemas join the components of /openapi.json.
-_REQUEST_MODELS: tuple[type[BaseModel], ...] = (models.ScoreGroupRequest, models.ScoreBatchRequest)
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    ERROR_TABLE[code][0]: {"model": models.ErrorResponse, "description": code.value}
-    for code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAVAILABLE, ErrorCode.DEADLINE_EXCEEDED,
-                 ErrorCode.RESOURCE_EXHAUSTED, ErrorCode.INTERNAL)}
-
-
-def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": _REF.format(model=model.__name__)}}}}}
+_REQUEST_MODELS: tuple[type[BaseModel], ...] = (models.ScoreGroupRequest, models.ScoreBatchRequest,
+                                                models.ScoreDialogueRequest, GetRewardIn)
 
 
 def _error(exc: ServiceError) -> JSONResponse:
@@ -60,7 +53,7 @@ def _install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description,
                                  routes=app.routes)
-            _, defs = models_json_schema([(m, "validation") for m in _REQUEST_MODELS], ref_template=_REF)
+            _, defs = models_json_schema([(m, "validation") for m in _REQUEST_MODELS], ref_template=models.SCHEMA_REF)
             schema.setdefault("components", {}).setdefault("schemas", {}).update(defs["$defs"])
             app.openapi_schema = schema
         return app.openapi_schema
@@ -89,8 +82,8 @@ def create_app(core: RewardCore) -> FastAPI:
         except ServiceError as exc:
             return _error(exc)
 
-    @app.post("/v1/score", response_model=models.ScoreGroupResponse, responses=_ERRORS,
-              openapi_extra=_body_schema(models.ScoreGroupRequest))
+    @app.post("/v1/score", response_model=models.ScoreGroupResponse, responses=models.ERROR_RESPONSES,
+              openapi_extra=models.body_schema(models.ScoreGroupRequest))
     async def score(request: Request) -> Response:
         """Judge a group of candidate CER outputs for one conversation (gRPC ``ScoreGroup``). A bad candidate
         gets its own ``invalid_input`` result; the others are scored."""
@@ -99,8 +92,8 @@ def create_app(core: RewardCore) -> FastAPI:
 
         return await handle("ScoreGroup", request, run)
 
-    @app.post("/v1/score:batch", response_model=models.ScoreBatchResponse, responses=_ERRORS,
-              openapi_extra=_body_schema(models.ScoreBatchRequest))
+    @app.post("/v1/score:batch", response_model=models.ScoreBatchResponse, responses=models.ERROR_RESPONSES,
+              openapi_extra=models.body_schema(models.ScoreBatchRequest))
     async def score_batch(request: Request) -> Response:
         """Judge many groups in one call (gRPC ``ScoreBatch``); each group succeeds or fails on its own."""
         async def run(body: Any) -> dict[str, Any]:
@@ -109,6 +102,8 @@ def create_app(core: RewardCore) -> FastAPI:
                                for o in outcomes]}
 
         return await handle("ScoreBatch", request, run)
+
+    add_dialogue_routes(app, core, handle)
 
     @app.get("/v1/info", response_model=models.InfoResponse)
     async def info() -> Response:

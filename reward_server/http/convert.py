@@ -62,7 +62,8 @@ def invalid_argument(exc: ValidationError | Sequence[Any], prefix: str = "") -> 
     return InvalidArgument(message, field)
 
 
-def _parse(model: type[M], data: Any, prefix: str = "") -> M:
+def parse_json(model: type[M], data: Any, prefix: str = "") -> M:
+    """Validate a JSON object into ``model``; the first problem becomes an InvalidArgument naming its field path."""
     if not isinstance(data, dict):
         raise InvalidArgument(f"expected a JSON object (got {_json_type(data)})", prefix.rstrip(".") or "body")
     try:
@@ -83,7 +84,7 @@ def group_to_neutral(g: models.ScoreGroupRequest) -> GroupRequest:
 
 def group_from_json(data: Any, prefix: str = "") -> GroupRequest:
     """Parse one group (the body of ``POST /v1/score`` or an entry of ``groups``)."""
-    return group_to_neutral(_parse(models.ScoreGroupRequest, data, prefix))
+    return group_to_neutral(parse_json(models.ScoreGroupRequest, data, prefix))
 
 
 def batch_from_json(data: Any) -> list[GroupRequest | ErrorInfo]:

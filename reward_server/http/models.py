@@ -11,16 +11,17 @@ characters per text, ...) are checked by ``reward_server/validation.py`` for bot
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from cer.dialogue import Role
 from cer.verdicts import Preference
+from reward_server.errors import ERROR_TABLE, ErrorCode
 from reward_server.types import Status
 
 #: The modes ScoreGroup / ScoreBatch serve, by their JSON names (checked against ``types.SCORE_MODES``).
-ScoreMode = Literal["unified", "single_pass", "prm", "orm"]
+ScoreMode = Literal["unified", "single_pass", "prm", "orm", "reply"]
 
 
 def _unicode(text: str) -> str:
@@ -76,6 +77,23 @@ class ScoreBatchRequest(_Request):
     groups: list[ScoreGroupRequest] = Field(description="at most limits.max_groups groups")
 
 
+class DialogueTurn(_Request):
+    """One turn of a dialogue to score: a supporter turn is a CER output or a plain reply."""
+
+    role: Role
+    text: Text = Field(description="non-empty; at most limits.max_text_chars characters")
+    reference: Text | None = Field(default=None, description="supporter turns only: the reference reply of a "
+                                                             "preference round")
+
+
+class ScoreDialogueRequest(_Request):
+    """A whole dialogue (``POST /v1/dialogues:score``): every supporter turn judged against the turns before it."""
+
+    turns: list[DialogueTurn] = Field(description="1 to limits.max_dialogue_turns turns")
+    options: ScoreOptions | None = Field(default=None, description="mode: of the CER turns (plain replies are "
+                                                                   "judged in mode reply)")
+
+
 # ---- responses ------------------------------------------------------------------------------------------------
 class Error(_Response):
     """A domain error: the error table's code, the offending field path (e.g. ``groups[2].candidates[3]``) and a
@@ -110,9 +128,10 @@ class FormatResult(_Response):
 
 
 class Rewards(_Response):
-    steps: list[float | None] = Field(description="empty in mode orm; null: not obtained")
+    steps: list[float | None] = Field(description="empty in modes orm and reply; null: not obtained")
     preference: float | None
-    format: float
+    format: float | None = Field(description="null in mode reply (no format rule there)")
+    reply: float | None = Field(default=None, description="mode reply only: +1 True, -1 False; null: not obtained")
     total: float | None = Field(description="null unless status is ok: never a made-up score")
 
 
@@ -132,7 +151,16 @@ class CandidateResult(_Response):
     similarity: Similarity | None
     judgment: list[str] | None
     cache_hit: bool
+    reply: StepResult | None = Field(default=None, description="mode reply only: the plain reply's verdict")
     error: Error | None = Field(default=None, description="present for invalid_input / engine_error")
+
+
+class TurnResult(CandidateResult):
+    """A supporter turn's result: the ``/v1/score`` result (proto ``TurnResult.result``, flattened in JSON) with the
+    turn's position and the mode it was judged in."""
+
+    index: int
+    mode: ScoreMode
 
 
 class SamplingParams(_Response):
@@ -178,6 +206,8 @@ class Limits(_Response):
     max_history_turns: int
     max_text_chars: int
     max_timeout_ms: int
+    max_dialogue_turns: int
+    max_queries: int = Field(description="queries per POST /get_reward call")
 
 
 class InfoResponse(_Response):
@@ -201,3 +231,43 @@ class HealthStatus(_Response):
 
 class ReadyStatus(_Response):
     status: Literal["ready", "not_ready"]
+
+
+class ModeAggregate(_Response):
+    """Scored turns of one mode (JSON: the value of ``by_mode[mode]``; proto: a repeated entry with its ``mode``)."""
+
+    scored: int
+    mean_total: float | None
+    min_total: float | None
+
+
+class DialogueAggregate(_Response):
+    turns: int = Field(description="supporter turns")
+    scorable: int = Field(description="supporter turns not invalid_input")
+    scored: int = Field(description="supporter turns ok")
+    mean_total: float | None = Field(description="over scored turns; null when none")
+    min_total: float | None
+    components: dict[str, float] = Field(description="mean reward per component (step1..3, preference, format, "
+                                                     "reply) over scored turns")
+    by_mode: dict[ScoreMode, ModeAggregate] = Field(description="totals per mode (their ranges differ)")
+
+
+class ScoreDialogueResponse(_Response):
+    turns: list[TurnResult]
+    aggregate: DialogueAggregate
+    meta: Meta = Field(description="mode: of the CER turns; judge_rounds and cache_hits summed over turns")
+
+
+# ---- OpenAPI helpers ------------------------------------------------------------------------------------------
+SCHEMA_REF = "#/components/schemas/{model}"
+#: The error answers every POST route declares (the error table's statuses with :class:`ErrorResponse`).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    ERROR_TABLE[code][0]: {"model": ErrorResponse, "description": code.value}
+    for code in (ErrorCode.INVALID_ARGUMENT, ErrorCode.UNAVAILABLE, ErrorCode.DEADLINE_EXCEEDED,
+                 ErrorCode.RESOURCE_EXHAUSTED, ErrorCode.INTERNAL)}
+
+
+def body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` of a route that reads and validates its JSON body itself."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": SCHEMA_REF.format(model=model.__name__)}}}}}

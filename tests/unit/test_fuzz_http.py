@@ -39,7 +39,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 #: batch is not refused as a whole: that contract is checked by test_bad_group_beside_a_good_one_fails_alone.
 REFUSED_WHOLE = {"/v1/score"}
 OPERATIONS = [("POST", "/v1/score"), ("POST", "/v1/score:batch"), ("GET", "/v1/info"), ("GET", "/healthz"),
-              ("GET", "/readyz"), ("GET", "/metrics")]
+              ("GET", "/readyz"), ("GET", "/metrics"), ("POST", "/v1/dialogues:score"), ("POST", "/get_reward")]
 
 
 @pytest.fixture(scope="module")

@@ -52,14 +52,49 @@ def _json_values(ann: Any) -> set[str]:
     return {m.value for m in ann}
 
 
+#: JSON shapes that differ from the wire on purpose (docs/reward_server.md): a message field flattened into its
+#: parent object (TurnResult.result: the turn object is the /v1/score result plus index and mode), and a repeated
+#: message keyed by one of its fields (DialogueAggregate.by_mode: {mode: {scored, ...}}).
+_FLATTENED = {"TurnResult": "result"}
+_KEYED = {("DialogueAggregate", "by_mode"): "mode"}
+
+
+def _fields(desc: Descriptor, seen: set[str]) -> dict[str, FieldDescriptor]:
+    fields = dict(desc.fields_by_name)
+    if desc.name in _FLATTENED:
+        flat = fields.pop(_FLATTENED[desc.name]).message_type
+        seen.add(flat.name)
+        fields.update(flat.fields_by_name)
+    return fields
+
+
+def _check_map(where: str, f: FieldDescriptor, ann: Any, seen: set[str]) -> None:
+    """A proto map (or a keyed repeated message) is a JSON object: check its keys and values."""
+    assert get_origin(ann) is dict, f"{where}: expected a JSON object"
+    key_ann, value_ann = (_unwrap(a)[0] for a in get_args(ann))
+    entry = f.message_type
+    if entry.GetOptions().map_entry:
+        assert key_ann is str and value_ann is _SCALARS[entry.fields_by_name["value"].type], where
+        return
+    key = entry.fields_by_name[_KEYED[(f.containing_type.name, f.name)]]
+    assert _json_values(key_ann) == _enum_values(key.enum_type), where
+    seen.add(entry.name)
+    assert set(entry.fields_by_name) - {key.name} == set(value_ann.model_fields), where
+
+
 def _check(desc: Descriptor, model: type[BaseModel], seen: set[str]) -> None:
     """Every field of ``desc`` is a field of ``model`` and back, with the same repeated-ness and nesting."""
     seen.add(desc.name)
     assert model.__name__ == desc.name
-    assert set(desc.fields_by_name) == set(model.model_fields), desc.name
-    for name, f in desc.fields_by_name.items():
+    fields = _fields(desc, seen)
+    assert set(fields) == set(model.model_fields), desc.name
+    for name, f in fields.items():
         where = f"{desc.name}.{name}"
         ann, _ = _unwrap(model.model_fields[name].annotation)
+        if f.type == FieldDescriptor.TYPE_MESSAGE and (
+                f.message_type.GetOptions().map_entry or (f.containing_type.name, name) in _KEYED):
+            _check_map(where, f, ann, seen)
+            continue
         repeated = f.is_repeated
         assert (get_origin(ann) is list) == repeated, f"{where}: repeated-ness differs"
         inner, nullable = _unwrap(get_args(ann)[0]) if repeated else (ann, False)
@@ -86,7 +121,7 @@ def _check(desc: Descriptor, model: type[BaseModel], seen: set[str]) -> None:
 def test_proto_and_pydantic_models_agree_on_every_field() -> None:
     seen: set[str] = set()
     for name in ("ScoreGroupRequest", "ScoreBatchRequest", "ScoreGroupResponse", "ScoreBatchResponse",
-                 "InfoResponse"):
+                 "ScoreDialogueRequest", "ScoreDialogueResponse", "InfoResponse"):
         _check(pb.DESCRIPTOR.message_types_by_name[name], getattr(models, name), seen)
     # every proto message has its JSON model (InfoRequest: GET has no body; the two wire-only helpers)
     assert set(pb.DESCRIPTOR.message_types_by_name) - seen == {"InfoRequest", "OptionalDouble", "GroupOutcome"}
