@@ -15,6 +15,7 @@ class ErrorCode(str, enum.Enum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     INTERNAL = "INTERNAL"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
 
 
 #: code -> (HTTP status, gRPC status). Both fronts read this table and nothing else.
@@ -24,6 +25,7 @@ ERROR_TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     ErrorCode.DEADLINE_EXCEEDED: (504, grpc.StatusCode.DEADLINE_EXCEEDED),
     ErrorCode.RESOURCE_EXHAUSTED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
     ErrorCode.INTERNAL: (500, grpc.StatusCode.INTERNAL),
+    ErrorCode.UNAUTHENTICATED: (401, grpc.StatusCode.UNAUTHENTICATED),
 }
 
 
@@ -77,3 +79,9 @@ class Internal(ServiceError):
     """A bug or an unexpected engine failure."""
 
     code = ErrorCode.INTERNAL
+
+
+class Unauthenticated(ServiceError):
+    """No bearer token, or one the server does not accept (``reward_server.auth``)."""
+
+    code = ErrorCode.UNAUTHENTICATED
