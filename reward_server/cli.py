@@ -21,7 +21,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="serve the judge over gRPC and HTTP",
                        description="Serve the judge over gRPC and HTTP. Every flag has an environment variable "
-                                   "(named in its help); a flag on the command line wins.")
+                                   "(named in its help); a flag on the command line wins.",
+                       allow_abbrev=False)  # `--auth-tokens X` must not pass for `--auth-tokens-file X`
     add_arguments(s, ServerConfig, title="server")
 
     c = sub.add_parser("score", help="score a group from a JSON file (the POST /v1/score body) and print the result")

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from judge.device import dtype_name, resolve_device_dtype
 from judge.engines import create_engine
 from judge.model_store import NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
-from reward_server.auth import Guard, GrpcAuth
+from reward_server.auth import GrpcAuth, Guard
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore

@@ -31,9 +31,9 @@ from starlette.routing import Route
 
 from judge.engines.base import EngineConfig
 from reward_server.auth import OPEN_GRPC_SERVICES, Guard, TokenSet
+from reward_server.cache import MemoryCache
 from reward_server.client import ClientSecurity, RewardCallError, RewardClient
 from reward_server.config import SecuritySettings, ServerConfig
-from reward_server.cache import MemoryCache
 from reward_server.core import RewardCore
 from reward_server.grpc import convert
 from reward_server.http.app import create_app
@@ -243,7 +243,8 @@ def test_tokens_are_compared_whole_and_never_logged(tmp_path: Path, caplog: pyte
     assert TOKEN_A not in caplog.text and TOKEN_B not in caplog.text
 
 
-def test_settings_refuse_what_cannot_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settings_refuse_what_cannot_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     from reward_server.cli import config_from_args, make_parser
 
     pki = make_pki(tmp_path)
@@ -259,6 +260,9 @@ def test_settings_refuse_what_cannot_work(tmp_path: Path, monkeypatch: pytest.Mo
     # the tokens themselves have no flag (a command line shows in `ps`); the environment variable sets them
     with pytest.raises(SystemExit):
         make_parser().parse_args(["serve", "--auth-tokens", TOKEN_A])
+    with pytest.raises(SystemExit):
+        make_parser().parse_args(["serve", "--help"])
+    assert "env COMPEER_AUTH_TOKENS:" in " ".join(capsys.readouterr().out.split())  # --help names the variable
     monkeypatch.setenv("COMPEER_AUTH_TOKENS", TOKEN_A)
     config = config_from_args(make_parser().parse_args(["serve", "--tls-cert", str(pki.server_cert), "--tls-key",
                                                         str(pki.server_key), "--tls-client-ca", str(pki.ca)]))
