@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from fastapi import FastAPI
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -195,6 +196,29 @@ class HttpAuth:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def protect_app(app: FastAPI, guard: Guard) -> None:
+    """Put :class:`HttpAuth` in front of ``app``; with auth on, ``/openapi.json`` declares the bearer scheme (so
+    ``/docs`` can send a token) on every operation but the open ones."""
+    app.add_middleware(HttpAuth, guard=guard)
+    if not guard.enabled:
+        return
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer", "description": "a token of --auth-tokens-file / "
+                                                                   "COMPEER_AUTH_TOKENS"}
+            for path, operations in schema.get("paths", {}).items():
+                for operation in operations.values():
+                    operation["security"] = [] if path in guard.open_http_paths else [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _refusal(handler: grpc.RpcMethodHandler, exc: Unauthenticated) -> grpc.RpcMethodHandler:

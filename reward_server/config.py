@@ -38,6 +38,11 @@ class SecuritySettings:
     def auth_enabled(self) -> bool:
         return bool(self.auth_tokens_file or self.auth_tokens)
 
+    def summary(self) -> str:
+        """E.g. ``auth on, TLS mutual`` (for the start-up log line)."""
+        tls = "mutual" if self.tls_client_ca else "on" if self.tls_cert else "off"
+        return f"auth {'on' if self.auth_enabled else 'off'}, TLS {tls}"
+
     def validate(self) -> None:
         """Raise ValueError naming the flag to fix (a token's value is never part of a message)."""
         for name in ("auth_tokens_file", "tls_cert", "tls_key", "tls_client_ca"):

@@ -131,11 +131,8 @@ async def serve(config: ServerConfig) -> None:
                                    log_level="warning", lifespan="off", access_log=False,
                                    **uvicorn_tls(config.security)))
     http_task = asyncio.create_task(http.serve())
-    log.info("listening: gRPC %s:%d, HTTP%s %s:%d (auth %s, TLS %s); loading the %s engine", config.host, grpc_port,
-             "S" if config.security.tls_cert else "", config.host, config.http_port,
-             "on" if guard.enabled else "off",
-             "mutual" if config.security.tls_client_ca else "on" if config.security.tls_cert else "off",
-             config.engine.backend)
+    log.info("listening: gRPC %s:%d, HTTP %s:%d (%s); loading the %s engine", config.host, grpc_port, config.host,
+             config.http_port, config.security.summary(), config.engine.backend)
     start_task = asyncio.create_task(core.start())
     stop_task = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({start_task, stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from reward_server import __version__
-from reward_server.auth import Guard, HttpAuth
+from reward_server.auth import Guard, protect_app
 from reward_server.core import RewardCore
 from reward_server.errors import InvalidArgument, ServiceError
 from reward_server.http.convert import batch_from_json, group_from_json
@@ -35,7 +35,7 @@ def create_app(core: RewardCore, guard: Guard | None = None) -> FastAPI:
     """Build the HTTP app for ``core`` (the server process runs it under uvicorn beside the gRPC server); ``guard``
     (default: from ``core.config.security``) checks bearer tokens in front of every route but the open ones."""
     app = FastAPI(title="compeer reward service", version=__version__)
-    app.add_middleware(HttpAuth, guard=guard or Guard.from_settings(core.config.security, core.metrics))
+    protect_app(app, guard or Guard.from_settings(core.config.security, core.metrics))
     m = core.metrics
 
     async def handle(method: str, request: Request, fn: Any) -> Response:

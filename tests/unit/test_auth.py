@@ -141,6 +141,10 @@ async def test_probes_and_the_api_description_stay_open_and_metrics_is_a_setting
     async with secured(tmp_path) as s:
         for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
             assert (await s.http.get(path)).status_code == 200, path
+        spec = (await s.http.get("/openapi.json")).json()  # /docs can send a token: the scheme is declared
+        assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        assert spec["paths"]["/v1/score"]["post"]["security"] == [{"bearer": []}]
+        assert spec["paths"]["/readyz"]["get"]["security"] == []
     async with secured(tmp_path, auth_metrics=True) as s:
         assert (await s.http.get("/metrics")).status_code == 401
         assert (await s.http.get("/metrics", headers={"authorization": f"Bearer {TOKEN_A}"})).status_code == 200
