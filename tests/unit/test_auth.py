@@ -280,7 +280,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> CertPaths:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-async def test_grpc_over_tls(tmp_path: Path, pki: CertPaths) -> None:
+async def test_grpc_over_tls(tmp_path: Path, pki: CertPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COMPEER_REWARD_TOKEN", raising=False)
     req = group_from_json(body([GOOD]))
     async with secured(tmp_path, tls_cert=str(pki.server_cert), tls_key=str(pki.server_key)) as s:
         async with s.client(token=TOKEN_A, ca_cert=str(pki.ca)) as client:
@@ -294,6 +295,15 @@ async def test_grpc_over_tls(tmp_path: Path, pki: CertPaths) -> None:
             with pytest.raises(RewardCallError) as err:
                 await client.info()
             assert err.value.code is grpc.StatusCode.UNAUTHENTICATED
+        # `compeer-reward score` takes the same: a token file and the CA
+        from reward_server.cli import _score, make_parser
+
+        (tmp_path / "token").write_text(TOKEN_A)
+        a = make_parser().parse_args(["score", "group.json", "--address", s.address, "--tls-ca", str(pki.ca),
+                                      "--token-file", str(tmp_path / "token")])
+        assert await _score(a, body([GOOD])) == 0
+        assert await _score(make_parser().parse_args(["score", "g.json", "--address", s.address, "--tls-ca",
+                                                      str(pki.ca)]), body([GOOD])) == 1
 
 
 async def test_grpc_mutual_tls_refuses_a_missing_or_foreign_client_certificate(tmp_path: Path,
