@@ -91,19 +91,19 @@ class TokenSet:
         self.inline = inline
         self.recheck_s = recheck_s
         self._lock = threading.Lock()
-        self._stamp: tuple[float, int] | None = None
         self._next_check = 0.0
         self._digests: tuple[bytes, ...] = tuple(_digest(t) for t in load_tokens(path, inline))
         self._stamp = self._file_stamp()
 
-    def _file_stamp(self) -> tuple[float, int] | None:
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        """What changes when the file does: a Kubernetes Secret update swaps a symlink (a new inode)."""
         if not self.path:
             return None
         try:
             st = os.stat(self.path)
         except OSError:
-            return (-1.0, -1)
-        return (st.st_mtime, st.st_size)
+            return (-1, -1, -1)
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _refresh(self) -> None:
         now = time.monotonic()

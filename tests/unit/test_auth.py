@@ -365,3 +365,17 @@ async def test_compeer_train_grpo_reaches_a_mutual_tls_service_with_a_token(tmp_
             assert (await client.info()).model == "fake-judge"
         with pytest.raises(ValueError, match="go together"):
             load_config("cpu-smoke", {**cli._overrides(args), "reward_tls_key": None})
+
+
+def test_a_secret_volume_update_is_seen(tmp_path: Path) -> None:
+    """The kubelet updates a Secret volume by pointing the `..data` symlink at a new folder (atomic rename)."""
+    for version, token in (("v1", TOKEN_A), ("v2", TOKEN_B)):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "tokens").write_text(token + "\n")
+    (tmp_path / "..data").symlink_to("v1")
+    (tmp_path / "tokens").symlink_to("..data/tokens")
+    tokens = TokenSet(str(tmp_path / "tokens"), None, recheck_s=0.0)
+    assert tokens.accepts(TOKEN_A) and not tokens.accepts(TOKEN_B)
+    (tmp_path / "..data_tmp").symlink_to("v2")
+    (tmp_path / "..data_tmp").rename(tmp_path / "..data")
+    assert tokens.accepts(TOKEN_B) and not tokens.accepts(TOKEN_A)
