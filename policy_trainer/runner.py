@@ -22,7 +22,7 @@ from policy_trainer.data import load_prompt_set
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
-from reward_server.client import RewardClient
+from reward_server.client import ClientSecurity, RewardClient
 
 log = logging.getLogger(__name__)
 FINAL_DIR = "final"
@@ -59,11 +59,16 @@ def install_log_redaction() -> None:
 
 
 def default_client_factory(cfg: CompeerGRPOConfig) -> ClientFactory:
-    """The real gRPC client over ``cfg.reward_server``."""
+    """The real gRPC client over ``cfg.reward_server``, with the token and TLS settings of ``cfg`` (the token is
+    read here, once: a missing token file fails the run before training starts)."""
     addresses = list(cfg.reward_server)
+    security = ClientSecurity.from_files(token_file=cfg.reward_token_file, tls=cfg.reward_tls,
+                                         ca_cert=cfg.reward_tls_ca, client_cert=cfg.reward_tls_cert,
+                                         client_key=cfg.reward_tls_key, server_name=cfg.reward_tls_server_name)
 
     def make() -> RewardClient:
-        return RewardClient(addresses, timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries)
+        return RewardClient(addresses, timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries,
+                            security=security)
 
     return make
 

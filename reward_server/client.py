@@ -15,10 +15,12 @@ from typing import Self, TypeVar
 
 import grpc
 
+from reward_server.client_security import ClientSecurity
 from reward_server.grpc import convert, dialogue_convert
 from reward_server.proto import pb, pb_grpc
 from reward_server.types import DialogueRequest, DialogueResponse, ErrorInfo, GroupRequest, GroupResponse, InfoResponse
 
+__all__ = ["ClientSecurity", "RewardCallError", "RewardClient"]
 T = TypeVar("T")
 _MAX_MESSAGE = 256 * 1024 * 1024
 
@@ -42,10 +44,11 @@ class RewardClient:
         timeout_s: default deadline of a call, retries included.
         max_retries: extra attempts after an UNAVAILABLE answer.
         backoff_s: first backoff; doubles each retry.
+        security: bearer token and TLS settings of a secured service (default: plaintext, no token).
     """
 
     def __init__(self, addresses: Sequence[str] | str, *, timeout_s: float = 120.0, max_retries: int = 3,
-                 backoff_s: float = 0.2) -> None:
+                 backoff_s: float = 0.2, security: ClientSecurity | None = None) -> None:
         addrs = [addresses] if isinstance(addresses, str) else list(addresses)
         if not addrs:
             raise ValueError("RewardClient: at least one server address is required")
@@ -57,7 +60,7 @@ class RewardClient:
         # follows replicas as they come and go; a plain host:port behaves as one server.
         options = [("grpc.max_receive_message_length", _MAX_MESSAGE), ("grpc.max_send_message_length", _MAX_MESSAGE),
                    ("grpc.lb_policy_name", "round_robin")]
-        self._channels = [grpc.aio.insecure_channel(a, options=options) for a in addrs]
+        self._channels = [(security or ClientSecurity()).channel(a, options) for a in addrs]
         self._stubs = [pb_grpc.RewardServiceStub(c) for c in self._channels]
         self._next = itertools.cycle(range(len(addrs)))
 

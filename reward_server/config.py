@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from cer.modes import JudgeMode
 from judge.engines.base import BACKENDS, EngineConfig
 from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from judge.settings import nested, setting
+from reward_server.auth import load_tokens
 from reward_server.types import SCORE_MODES, Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
@@ -26,6 +28,46 @@ class GetRewardSettings:
                                    "the query's label as the reference reply)")
     failure_reward: float | None = setting(None, help="reward (and score 0) given to a query that was not scored; "
                                                       "unset: a call with such a query fails with 502 UNSCORED")
+
+
+@dataclass
+class SecuritySettings:
+    """Authentication and TLS (docs/reward_server.md, "Security and limits"). Both off by default: auth turns on
+    when a token source is set, TLS when a certificate is."""
+
+    auth_tokens_file: str | None = setting(None, help="file of accepted bearer tokens, one a line (# comments); "
+                                                      "setting it turns authentication on for both fronts; re-read "
+                                                      "when it changes (rotation without a restart)")
+    auth_tokens: str | None = setting(None, secret=True,
+                                      help="accepted bearer tokens, comma-separated (turns authentication on)")
+    auth_metrics: bool = setting(False, help="require a token for /metrics too (default: open, like the health "
+                                             "endpoints, for scrapers)")
+    tls_cert: str | None = setting(None, help="PEM certificate (chain) of the server: TLS on gRPC and HTTPS")
+    tls_key: str | None = setting(None, help="PEM private key of --tls-cert")
+    tls_client_ca: str | None = setting(None, help="PEM CA bundle: gRPC then requires a client certificate it "
+                                                   "signed (mutual TLS); needs --tls-cert")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens_file or self.auth_tokens)
+
+    def summary(self) -> str:
+        """E.g. ``auth on, TLS mutual`` (for the start-up log line)."""
+        tls = "mutual" if self.tls_client_ca else "on" if self.tls_cert else "off"
+        return f"auth {'on' if self.auth_enabled else 'off'}, TLS {tls}"
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag to fix (a token's value is never part of a message)."""
+        for name in ("auth_tokens_file", "tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"--{name.replace('_', '-')} {path}: no such file")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key: the server's own TLS")
+        if self.auth_enabled:
+            load_tokens(self.auth_tokens_file, self.auth_tokens)  # raises on an empty set or a short token
 
 
 @dataclass
@@ -58,6 +100,7 @@ class ServerConfig:
     max_in_flight_groups: int = setting(64, help="groups judged at once; more wait (counted in queue_ms)")
     shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
                                                  "cancelled")
+    security: SecuritySettings = nested(SecuritySettings, help="authentication and TLS")
     log_level: str = setting("INFO", help="log level, any case: DEBUG | INFO | WARNING | ERROR (dialogue text is "
                                           "logged at DEBUG only)")
 
@@ -105,6 +148,7 @@ class ServerConfig:
             raise ValueError(f"log_level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
         if self.max_in_flight_groups < 1:
             raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1")
+        self.security.validate()
         return self
 
     @property

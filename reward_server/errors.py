@@ -16,6 +16,7 @@ class ErrorCode(str, enum.Enum):
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     INTERNAL = "INTERNAL"
     UNSCORED = "UNSCORED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
 
 
 #: code -> (HTTP status, gRPC status). Both fronts read this table and nothing else.
@@ -28,6 +29,7 @@ ERROR_TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     # a batch in a protocol whose reply has no room for a missing score (POST /get_reward) held an item the judge did
     # not score (parse failure, timeout, engine error) and no failure reward is configured
     ErrorCode.UNSCORED: (502, grpc.StatusCode.UNKNOWN),
+    ErrorCode.UNAUTHENTICATED: (401, grpc.StatusCode.UNAUTHENTICATED),
 }
 
 
@@ -87,3 +89,9 @@ class Internal(ServiceError):
     """A bug or an unexpected engine failure."""
 
     code = ErrorCode.INTERNAL
+
+
+class Unauthenticated(ServiceError):
+    """No bearer token, or one the server does not accept (``reward_server.auth``)."""
+
+    code = ErrorCode.UNAUTHENTICATED

@@ -36,6 +36,8 @@ class Metrics:
                                       "Components left unparsable after retries.", ["component"], registry=r)
         self.cache_hits = Counter("compeer_cache_hits_total", "Candidate results served from the cache.", registry=r)
         self.cache_misses = Counter("compeer_cache_misses_total", "Cacheable candidates not in the cache.", registry=r)
+        self.auth_failures = Counter("compeer_auth_failures_total", "Calls refused for a missing, malformed or "
+                                     "wrong bearer token.", ["transport", "reason"], registry=r)
         self.cache_errors = Counter("compeer_cache_errors_total", "Cache backend failures (served uncached).",
                                     ["op"], registry=r)
         self.queue_depth = Gauge("compeer_engine_queue_depth", "Generations waiting or running in the engine.",

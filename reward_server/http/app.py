@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from reward_server import __version__
+from reward_server.auth import Guard, protect_app
 from reward_server.core import RewardCore
 from reward_server.errors import InvalidArgument, ServiceError
 from reward_server.http import models
@@ -61,8 +62,9 @@ def _install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def create_app(core: RewardCore) -> FastAPI:
-    """Build the HTTP app for ``core`` (the server process runs it under uvicorn beside the gRPC server)."""
+def create_app(core: RewardCore, guard: Guard | None = None) -> FastAPI:
+    """Build the HTTP app for ``core`` (the server process runs it under uvicorn beside the gRPC server); ``guard``
+    (default: from ``core.config.security``) checks bearer tokens in front of every route but the open ones."""
     app = FastAPI(title="compeer reward service", version=__version__,
                   description="Judges empathetic-reasoning (CER) outputs: the JSON mirror of the gRPC service "
                               "compeer.reward.v1.RewardService. Limits: GET /v1/info.")
@@ -131,4 +133,5 @@ def create_app(core: RewardCore) -> FastAPI:
         return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
 
     _install_openapi(app)
+    protect_app(app, guard or Guard.from_settings(core.config.security, core.metrics))  # wraps the contract above
     return app
