@@ -64,7 +64,8 @@ async def build_core(config: ServerConfig) -> RewardCore:
     """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
     config.validate()
     if config.engine.backend != "openai":
-        _, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        device, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        config.max_in_flight_groups = config.in_flight_groups(on_cpu=device == "cpu")
         # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
         ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter,
                                                        dtype_name(dtype))
@@ -79,6 +80,13 @@ async def build_core(config: ServerConfig) -> RewardCore:
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
+
+
+def grpc_server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """One size limit for both fronts: a gRPC message over ``max_body_bytes`` is refused by the transport
+    (RESOURCE_EXHAUSTED, with no retry hint), as an HTTP body over it is refused with 413."""
+    return [("grpc.max_receive_message_length", config.max_body_bytes),
+            ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
 
 async def _set_health(health: HealthServicer, status: int) -> None:
@@ -104,8 +112,7 @@ async def serve(config: ServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
-                                      ("grpc.max_send_message_length", 256 * 1024 * 1024)])
+    server = grpc.aio.server(options=grpc_server_options(config))
     from reward_server.proto import pb_grpc
 
     pb_grpc.add_RewardServiceServicer_to_server(RewardServicer(core), server)

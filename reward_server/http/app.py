@@ -12,13 +12,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from reward_server import __version__
 from reward_server.core import RewardCore
-from reward_server.errors import InvalidArgument, ServiceError
+from reward_server.errors import InvalidArgument, Overloaded, ServiceError
+from reward_server.http.body_limit import BodyLimit
 from reward_server.http.convert import batch_from_json, group_from_json
 from reward_server.types import ErrorInfo
 
 
 def _error(exc: ServiceError) -> JSONResponse:
-    return JSONResponse({"error": exc.info().to_json()}, status_code=exc.http_status)
+    headers = {"Retry-After": f"{exc.retry_after_s:.0f}"} if isinstance(exc, Overloaded) else None
+    return JSONResponse({"error": exc.info().to_json()}, status_code=exc.http_status, headers=headers)
 
 
 async def _body(request: Request) -> Any:
@@ -33,6 +35,7 @@ async def _body(request: Request) -> Any:
 def create_app(core: RewardCore) -> FastAPI:
     """Build the HTTP app for ``core`` (the server process runs it under uvicorn beside the gRPC server)."""
     app = FastAPI(title="compeer reward service", version=__version__)
+    app.add_middleware(BodyLimit, max_bytes=core.config.max_body_bytes)
     m = core.metrics
 
     async def handle(method: str, request: Request, fn: Any) -> Response:
