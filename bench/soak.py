@@ -35,13 +35,13 @@ from reward_server.types import ErrorInfo, GroupRequest, GroupResponse, Status
 EXAMPLE = json.loads((Path(__file__).parents[1] / "examples" / "group.json").read_text())
 
 
-def soak_groups(n: int) -> list[GroupRequest]:
+def soak_groups(n: int, mode: str = "unified") -> list[GroupRequest]:
     """``n`` distinct groups of two candidates each, derived from ``examples/group.json`` (greedy judging)."""
     groups = []
     for i in range(n):
         a, b = EXAMPLE["candidates"][i % 3], EXAMPLE["candidates"][(i + 1) % 4]
         body = dict(EXAMPLE, candidates=[a.replace("</response>", f" ({i})</response>"), b],
-                    options={"mode": "unified", "include_similarity": False})
+                    options={"mode": mode, "include_similarity": False})
         groups.append(group_from_json(body))
     return groups
 
@@ -119,6 +119,7 @@ class SoakReport:
     cache_entries_bad: int = 0
     log_leaks: int = 0
     restart_s: float = 0.0
+    reference_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -131,7 +132,8 @@ class SoakReport:
                 "lost": self.lost, "faults": self.faults, "mismatches": self.mismatches,
                 "max_call_over_deadline_s": self.max_call_over_deadline_s,
                 "cache_entries_checked": self.cache_entries_checked, "cache_entries_bad": self.cache_entries_bad,
-                "log_leaks": self.log_leaks, "replica_restart_s": self.restart_s, "problems": self.problems}
+                "log_leaks": self.log_leaks, "replica_restart_s": self.restart_s,
+                "reference_run_s": self.reference_s, "problems": self.problems}
 
 
 def _intact(raw: bytes | None) -> bool:
@@ -269,8 +271,10 @@ class Soak:
             report.cache_entries_bad += not _intact(r.get(key))
         # the undisturbed reference: the same groups, empty cache, one replica, no faults
         r.flushdb()
+        t0 = time.monotonic()
         async with RewardClient([self.replicas[1].grpc], timeout_s=600) as client:
             reference = await client.score_batch(groups)
+        report.reference_s = time.monotonic() - t0
         for g, ref in zip(groups, reference):
             if isinstance(ref, ErrorInfo):
                 report.problems.append(f"the undisturbed reference run failed a group: {ref.code}")
@@ -299,12 +303,13 @@ class Soak:
 
 
 def run_soak(workdir: Path, *, backend: str, clients: int, groups: int, batch: int, duration_s: float,
-             fault_at: list[float], deadline_s: float, start_timeout_s: float = 600) -> SoakReport:
+             fault_at: list[float], deadline_s: float, mode: str = "unified",
+             start_timeout_s: float = 600) -> SoakReport:
     """Start Redis and two replicas under ``workdir``, run the soak, stop everything, return the report."""
     soak = Soak(workdir, backend, deadline_s)
     try:
         soak.start(start_timeout_s)
-        report = asyncio.run(soak.run(soak_groups(groups), clients=clients, batch=batch, duration_s=duration_s,
+        report = asyncio.run(soak.run(soak_groups(groups, mode), clients=clients, batch=batch, duration_s=duration_s,
                                       fault_at=fault_at, restart_timeout_s=start_timeout_s))
     finally:
         codes = soak.stop()
@@ -321,12 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="groups per ScoreBatch call")
     ap.add_argument("--duration-s", type=float, default=240.0)
     ap.add_argument("--deadline-s", type=float, default=60.0, help="each call's deadline, retries included")
+    ap.add_argument("--mode", default="unified", choices=["unified", "single_pass", "prm", "orm"])
     args = ap.parse_args(argv)
     d = args.duration_s
     with tempfile.TemporaryDirectory(prefix="compeer-soak-") as tmp:
         report = run_soak(Path(tmp), backend=args.backend, clients=args.clients, groups=args.groups,
                           batch=args.batch, duration_s=d, fault_at=[0.15 * d, 0.3 * d, 0.45 * d],
-                          deadline_s=args.deadline_s)
+                          deadline_s=args.deadline_s, mode=args.mode)
     fig = report.to_json()
     print_table(f"Fault soak ({args.backend}, 2 replicas, {args.clients} clients, {d:.0f} s)",
                 [("ScoreBatch calls", fig["calls"], ""), ("items (candidates) sent", fig["items"], ""),
@@ -337,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                  ("worst call past its deadline (s)", fig["max_call_over_deadline_s"], "goal: <= 0 (+2 s slack)"),
                  ("cache entries checked / bad", f"{fig['cache_entries_checked']} / {fig['cache_entries_bad']}",
                   ""), ("dialogue snippets in logs", fig["log_leaks"], "goal: 0"),
-                 ("replica restart to ready (s)", fig["replica_restart_s"], "")])
+                 ("replica restart to ready (s)", fig["replica_restart_s"], ""),
+                 ("undisturbed reference run (s)", fig["reference_run_s"], f"{args.groups} groups, one replica")])
     write_result("soak", {"args": vars(args), **fig})
     for p in report.problems:
         print(f"PROBLEM: {p}", file=sys.stderr)

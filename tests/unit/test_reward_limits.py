@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import httpx
@@ -194,3 +196,29 @@ def test_admission_and_limit_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="max_in_flight"):
         Admission(0, None, Metrics())
 
+
+
+async def test_a_big_batch_on_a_shared_engine_finishes_in_waves_instead_of_timing_out_together() -> None:
+    """The issue's observation, simulated: an engine that shares its capacity among everything in flight (like a
+    vLLM-CPU engine on two cores) makes each generation take longer the more run at once. 64 one-candidate groups
+    admitted together all pass the per-candidate judge limit (every candidate ``timeout``); 8 at a time, all are
+    judged ``ok``."""
+    from tests.unit.fakes import scripted_judge
+
+    judge = scripted_judge()
+
+    async def shared(messages: Any, params: Any) -> Any:
+        await asyncio.sleep(0.004 * engine.queue_depth())  # processor sharing: slower with more in flight
+        return judge(messages, params)
+
+    outcomes = {}
+    for in_flight in (64, 8):
+        async for s in make_service(shared):
+            engine = s.engine
+            s.core.config.judge_timeout_s = 0.6
+            s.core.admission = Admission(in_flight, 256, s.core.metrics)
+            batch = {"groups": [body([_cand(i)]) for i in range(64)]}
+            groups = (await s.http.post("/v1/score:batch", json=batch)).json()["groups"]
+            outcomes[in_flight] = Counter(g["results"][0]["status"] for g in groups)
+    assert outcomes[64] == Counter({"timeout": 64})
+    assert outcomes[8] == Counter({"ok": 64})
