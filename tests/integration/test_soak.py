@@ -1,5 +1,5 @@
 """The fault soak, shortened (``bench/soak.py`` is the long run): two real server processes sharing one real Redis,
-three concurrent ScoreBatch clients over a fixed set of groups; Redis is SIGKILLed and restarted, then one replica
+two concurrent ScoreBatch clients over a fixed set of groups; Redis is SIGKILLed and restarted, then one replica
 is SIGKILLed and restarted. Nothing is lost, nothing outlives its deadline, scored items equal the undisturbed
 greedy run, the cache written after the restart decodes, and no dialogue text reaches the logs."""
 
@@ -19,8 +19,8 @@ BACKEND = os.environ.get("COMPEER_SOAK_BACKEND", "transformers")
 def test_soak_with_redis_and_replica_killed(tmp_path: Path) -> None:
     # single_pass (one generation per candidate) keeps the judging short enough for the suite; bench/soak.py soaks
     # the unified mode
-    report = run_soak(tmp_path, backend=BACKEND, clients=3, groups=4, batch=2, duration_s=50, fault_at=[8, 14, 20],
-                      deadline_s=40, mode="single_pass", start_timeout_s=300)
+    report = run_soak(tmp_path, backend=BACKEND, clients=2, groups=3, batch=1, duration_s=60, fault_at=[8, 14, 20],
+                      deadline_s=60, mode="single_pass", start_timeout_s=300)
     fig = report.to_json()
     print(fig)
     assert not report.problems, fig
