@@ -137,14 +137,16 @@ class SoakReport:
 
 
 def _intact(raw: bytes | None) -> bool:
-    """A cache entry decodes to a whole judgment record: verdicts, judged components and judge texts."""
+    """A cache entry decodes to a whole judgment record: verdicts, judged components and judge texts (one text per
+    round: four in unified mode, one in single-pass for all four components)."""
     try:
         rec = json.loads(raw or b"")
     except ValueError:
         return False
     return (isinstance(rec, dict) and {"verdicts", "judged", "texts"} <= rec.keys()
             and all(v is None or isinstance(v, bool | str) for v in rec["verdicts"].values())
-            and set(rec["judged"]) <= rec["verdicts"].keys() and len(rec["texts"]) >= len(rec["judged"]))
+            and set(rec["judged"]) <= rec["verdicts"].keys() and all(isinstance(t, str) for t in rec["texts"])
+            and (len(rec["texts"]) > 0) == (len(rec["judged"]) > 0))
 
 
 def _fingerprint(r: Any) -> tuple[Any, ...]:
