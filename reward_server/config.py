@@ -16,6 +16,8 @@ from reward_server.types import SCORE_MODES, Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: groups judged at once when ``max_in_flight_groups`` is 0 (auto)
+CPU_IN_FLIGHT_GROUPS, ACCELERATOR_IN_FLIGHT_GROUPS = 8, 64
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,13 @@ class ServerConfig:
                                                    "sets a deadline")
     embedding_model: str = setting("default", help="similarity embeddings: 'default' (all-MiniLM-L6-v2 wheel), an "
                                                    "HF folder, or 'off'")
-    max_in_flight_groups: int = setting(64, help="groups judged at once; more wait (counted in queue_ms)")
+    max_in_flight_groups: int = setting(0, help="groups judged at once; more wait (counted in queue_ms). 0: auto, "
+                                                "8 on CPU, 64 on a GPU or a remote endpoint")
+    max_waiting_groups: int = setting(256, help="groups that may wait for a judge slot; past it a group is refused "
+                                                "at once (HTTP 429, gRPC RESOURCE_EXHAUSTED, with a retry hint); "
+                                                "-1: no bound (no load shedding)")
+    max_body_bytes: int = setting(32 * 1024 * 1024, help="largest request: HTTP body (413 past it, before parsing) "
+                                                         "and gRPC message (RESOURCE_EXHAUSTED)")
     shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
                                                  "cancelled")
     security: SecuritySettings = nested(SecuritySettings, help="authentication and TLS")
@@ -146,10 +154,22 @@ class ServerConfig:
             raise ValueError("judge_timeout_s and default_timeout_s must be > 0 seconds")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ValueError(f"log_level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
-        if self.max_in_flight_groups < 1:
-            raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1")
+        if self.max_in_flight_groups < 0:
+            raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1, or 0 for auto")
+        if self.max_waiting_groups < -1:
+            raise ValueError(f"max_waiting_groups {self.max_waiting_groups}: expected >= 0, or -1 for no bound")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes {self.max_body_bytes}: expected >= 1024")
         self.security.validate()
         return self
+
+    def in_flight_groups(self, on_cpu: bool) -> int:
+        """``max_in_flight_groups`` with 0 resolved. On CPU the engine shares a few cores among everything in
+        flight, so 64 one-candidate groups at once all ran past ``judge_timeout_s`` together (every candidate
+        ``timeout``) where 8 at a time all finished; the bound keeps in flight what can finish in time."""
+        if self.max_in_flight_groups:
+            return self.max_in_flight_groups
+        return CPU_IN_FLIGHT_GROUPS if on_cpu else ACCELERATOR_IN_FLIGHT_GROUPS
 
     @property
     def cache_kind(self) -> str:

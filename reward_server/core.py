@@ -6,6 +6,7 @@ Both fronts (``grpc/servicer.py``, ``http/app.py``) only convert, await this cor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable
@@ -25,10 +26,11 @@ from judge.conversation import CandidateJudgment, Judge
 from judge.engines.base import Engine, EngineError
 from judge.protocol import COMPONENTS, PREFERENCE, REPLY, STEP_COMPONENTS, load_template
 from reward_server import __version__
+from reward_server.admission import Admission
 from reward_server.cache import KeyContext, ResultCache, cache_key
 from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
-from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, ServiceError
+from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, Overloaded, ServiceError
 from reward_server.metrics import Metrics
 from reward_server.types import (
     SCORE_MODES,
@@ -166,7 +168,8 @@ class RewardCore:
         #: the modes this server serves: mode reply only with a template that has a reply round
         self.modes = [m for m in SCORE_MODES if not m.judges_reply or self.template.reply_round is not None]
         self._ready = False
-        self._admission = asyncio.Semaphore(config.max_in_flight_groups)
+        self.admission = Admission(config.in_flight_groups(on_cpu=config.engine.device == "cpu"),
+                                   None if config.max_waiting_groups < 0 else config.max_waiting_groups, self.metrics)
         self.metrics.queue_depth.set_function(lambda: float(self.engine.queue_depth()))
         s = config.judge
         self.sampling = SamplingInfo(temperature=s.temperature, top_p=s.top_p,
@@ -273,7 +276,12 @@ class RewardCore:
             except ServiceError as exc:
                 return exc.info()
 
-        return list(await asyncio.gather(*(one(i, g) for i, g in enumerate(groups))))
+        out = list(await asyncio.gather(*(one(i, g) for i, g in enumerate(groups))))
+        shed = [o for o in out if isinstance(o, ErrorInfo) and o.code == Overloaded.code.value]
+        if shed and len(shed) == sum(1 for g in groups if isinstance(g, GroupRequest)):
+            # nothing was admitted: refuse the call as a whole, so the caller retries it elsewhere
+            raise Overloaded(shed[0].message, "groups", retry_after_s=self.admission.retry_after_s())
+        return out
 
     async def _score(self, req: GroupRequest, mode: JudgeMode, prefix: str) -> GroupResponse:
         t0 = time.perf_counter()
@@ -288,9 +296,10 @@ class RewardCore:
             for k, rec in zip(distinct, await self.cache.get_many(distinct)):
                 if rec is not None:
                     outcomes[k] = _Outcome(_judgment_from_record(rec), Status.OK, cache_hit=True)
-        async with self._admission:
+        todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
+        # a group answered from the cache alone needs no judge slot, so cache hits are served under overload too
+        async with self.admission.slot(prefix.rstrip(".")) if todo else contextlib.nullcontext():
             t1 = time.perf_counter()
-            todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
             if self.cacheable:
                 self.metrics.cache_hits.inc(sum(1 for i in valid if keys[i] in outcomes))
                 self.metrics.cache_misses.inc(sum(1 for i in valid if keys[i] not in outcomes))

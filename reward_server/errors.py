@@ -8,6 +8,10 @@ import grpc
 
 from reward_server.types import ErrorInfo
 
+#: gRPC trailing-metadata key of the retry hint sent with a RESOURCE_EXHAUSTED from load shedding (milliseconds);
+#: its presence tells shedding apart from the transport's own RESOURCE_EXHAUSTED (a message over the size limit).
+RETRY_AFTER_KEY = "compeer-retry-after-ms"
+
 
 class ErrorCode(str, enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
@@ -67,6 +71,15 @@ class NotReady(ServiceError):
     code = ErrorCode.UNAVAILABLE
 
 
+class BodyTooLarge(InvalidArgument):
+    """An HTTP body over ``max_body_bytes``: a client's mistake answered 413 before the body is parsed (over gRPC,
+    the transport itself refuses a message over the same bound with RESOURCE_EXHAUSTED)."""
+
+    @property
+    def http_status(self) -> int:
+        return 413
+
+
 class DeadlineExceeded(ServiceError):
     """The request's deadline passed; its engine work was cancelled."""
 
@@ -74,9 +87,13 @@ class DeadlineExceeded(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """Too many requests in flight."""
+    """Too many groups in flight and waiting: refused at once, with a hint of when to retry (seconds)."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, field: str = "", retry_after_s: float = 1.0) -> None:
+        super().__init__(message, field)
+        self.retry_after_s = retry_after_s
 
 
 class Unscored(ServiceError):

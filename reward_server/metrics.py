@@ -43,6 +43,12 @@ class Metrics:
         self.queue_depth = Gauge("compeer_engine_queue_depth", "Generations waiting or running in the engine.",
                                  registry=r)
         self.in_flight = Gauge("compeer_in_flight_requests", "Requests being served.", registry=r)
+        self.shed = Counter("compeer_shed_groups_total", "Groups refused by admission control (HTTP 429, gRPC "
+                            "RESOURCE_EXHAUSTED).", ["reason"], registry=r)
+        self.admission_in_flight = Gauge("compeer_admission_in_flight_groups", "Groups holding a judge slot.",
+                                         registry=r)
+        self.admission_waiting = Gauge("compeer_admission_waiting_groups", "Groups waiting for a judge slot.",
+                                       registry=r)
         self.failures = Counter("compeer_request_failures_total", "Failed requests by reason.", ["reason"], registry=r)
 
     @contextlib.contextmanager

@@ -66,7 +66,8 @@ async def build_core(config: ServerConfig) -> RewardCore:
     """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
     config.validate()
     if config.engine.backend != "openai":
-        _, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        device, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        config.max_in_flight_groups = config.in_flight_groups(on_cpu=device == "cpu")
         # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
         ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter,
                                                        dtype_name(dtype))
@@ -81,6 +82,13 @@ async def build_core(config: ServerConfig) -> RewardCore:
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
+
+
+def grpc_server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """One size limit for both fronts: a gRPC message over ``max_body_bytes`` is refused by the transport
+    (RESOURCE_EXHAUSTED, with no retry hint), as an HTTP body over it is refused with 413."""
+    return [("grpc.max_receive_message_length", config.max_body_bytes),
+            ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
 
 async def _set_health(health: HealthServicer, status: int) -> None:
@@ -101,9 +109,7 @@ async def _watch_engine(core: RewardCore, health: HealthServicer, every_s: float
 def create_grpc_server(core: RewardCore, health: HealthServicer, guard: Guard) -> tuple[grpc.aio.Server, int]:
     """The gRPC server over ``core``: RewardService, health, reflection; tokens checked by ``guard`` (health open),
     TLS / mutual TLS from ``core.config.security``. Returns the server (not started) and its bound port."""
-    server = grpc.aio.server(interceptors=[GrpcAuth(guard)],
-                             options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
-                                      ("grpc.max_send_message_length", 256 * 1024 * 1024)])
+    server = grpc.aio.server(interceptors=[GrpcAuth(guard)], options=grpc_server_options(core.config))
     add_to_server(RewardServicer(core), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)

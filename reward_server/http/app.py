@@ -23,8 +23,9 @@ from pydantic.json_schema import models_json_schema
 from reward_server import __version__
 from reward_server.auth import Guard, protect_app
 from reward_server.core import RewardCore
-from reward_server.errors import InvalidArgument, ServiceError
+from reward_server.errors import InvalidArgument, Overloaded, ServiceError
 from reward_server.http import models
+from reward_server.http.body_limit import BodyLimit
 from reward_server.http.convert import batch_from_json, group_from_json, invalid_argument
 from reward_server.http.dialogues import GetRewardIn, add_dialogue_routes
 from reward_server.types import ErrorInfo
@@ -35,7 +36,8 @@ _REQUEST_MODELS: tuple[type[BaseModel], ...] = (models.ScoreGroupRequest, models
 
 
 def _error(exc: ServiceError) -> JSONResponse:
-    return JSONResponse({"error": exc.info().to_json()}, status_code=exc.http_status)
+    headers = {"Retry-After": f"{exc.retry_after_s:.0f}"} if isinstance(exc, Overloaded) else None
+    return JSONResponse({"error": exc.info().to_json()}, status_code=exc.http_status, headers=headers)
 
 
 async def _body(request: Request) -> Any:
@@ -68,6 +70,7 @@ def create_app(core: RewardCore, guard: Guard | None = None) -> FastAPI:
     app = FastAPI(title="compeer reward service", version=__version__,
                   description="Judges empathetic-reasoning (CER) outputs: the JSON mirror of the gRPC service "
                               "compeer.reward.v1.RewardService. Limits: GET /v1/info.")
+    app.add_middleware(BodyLimit, max_bytes=core.config.max_body_bytes)
     m = core.metrics
 
     @app.exception_handler(RequestValidationError)

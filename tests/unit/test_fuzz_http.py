@@ -92,7 +92,7 @@ def test_bad_group_beside_a_good_one_fails_alone(schema: Any, service: LiveServi
 
 
 EXAMPLE = json.loads((Path(__file__).parents[2] / "examples" / "group.json").read_text())
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                                        max_size=3), max_leaves=6)
 
