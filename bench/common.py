@@ -43,6 +43,12 @@ def percentile(values: list[float], q: float) -> float:
 
 def tree_peak_rss_mb(pid: int) -> float:
     """Sum of VmHWM (peak resident set) over a process and its descendants (Linux /proc)."""
+    return tree_memory_mb(pid, "VmHWM")
+
+
+def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
+    """Sum of a /proc status memory ``field`` (VmRSS: resident now, VmHWM: peak) over a process and its
+    descendants (Linux /proc)."""
     def children(p: int) -> list[int]:
         try:
             out = []
@@ -63,12 +69,22 @@ def tree_peak_rss_mb(pid: int) -> float:
         seen.add(p)
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     total_kb += int(line.split()[1])
         except OSError:
             continue
         stack += children(p)
     return total_kb / 1024
+
+
+def http_ready(url: str) -> bool:
+    """``GET <url>/readyz`` answers 200."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def free_port() -> int:

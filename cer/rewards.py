@@ -4,6 +4,10 @@ Each reasoning step: +1 judged True, -1 judged False. Preference: +1 when the ca
 reference (``second`` or ``both_good``), else -1. Format: +1 when all four parts are present and well formed,
 else -1. A component whose verdict could not be obtained has no reward (None) and makes the total None:
 never a made-up score.
+
+Mode ``reply`` judges a plain reply point-wise: its one component is the reply verdict (+1 True, -1 False), and
+its total is that alone. It has no reasoning steps and no format rule, so neither is scored (None), never filled
+in.
 """
 
 from __future__ import annotations
@@ -52,16 +56,21 @@ class CandidateRewards:
 
     steps: list[float | None]  # one per step when the mode judges steps, else empty
     preference: float | None  # None when the mode judges no preference, or its verdict is unknown
-    format: float
+    format: float | None  # None in mode reply (no format rule there)
     total: float | None
+    reply: float | None = None  # mode reply only: the point-wise reply verdict's reward
 
 
 def candidate_rewards(parsed: ParsedOutput, mode: JudgeMode, step_verdicts: Sequence[bool | None],
-                      preference: Preference | None) -> CandidateRewards:
-    """The rewards of a candidate judged in ``mode`` (``step_verdicts``: one per step, None where unknown).
+                      preference: Preference | None, reply: bool | None = None) -> CandidateRewards:
+    """The rewards of a candidate judged in ``mode`` (``step_verdicts``: one per step, None where unknown;
+    ``reply``: the reply verdict of mode ``reply``).
 
     A part missing from the candidate was not judged and counts as failed (-1); a judged component without a verdict
     has no reward and makes the total None."""
+    if mode.judges_reply:
+        r = STEP_FALSE if parsed.response is None else step_reward(reply)
+        return CandidateRewards([], None, None, total_reward([r]), reply=r)
     steps: list[float | None] = []
     if mode.judges_steps:
         steps = [STEP_FALSE if parsed.step(i) is None else step_reward(step_verdicts[i]) for i in range(3)]
@@ -71,3 +80,12 @@ def candidate_rewards(parsed: ParsedOutput, mode: JudgeMode, step_verdicts: Sequ
     fmt = format_reward(parsed.ok)
     used = steps + ([pref] if mode.judges_preference else [])
     return CandidateRewards(steps, pref, fmt, total_reward([*used, fmt]))
+
+
+def total_range(mode: JudgeMode) -> tuple[float, float]:
+    """The lowest and highest total a candidate can get in ``mode`` (unified: -5..5, prm: -4..4, orm: -2..2,
+    reply: -1..1): every component is worth -1 or +1."""
+    if mode.judges_reply:
+        return STEP_FALSE, STEP_TRUE
+    n = (3 if mode.judges_steps else 0) + (1 if mode.judges_preference else 0) + 1  # + the format
+    return -float(n), float(n)

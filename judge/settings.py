@@ -10,6 +10,8 @@ dataclass). Each leaf field becomes one flag and one environment variable:
 * environment: ``COMPEER_<NAME>`` of the positive flag name (``--no-line-bound`` reads ``COMPEER_LINE_BOUND``);
   ``env=`` overrides it (e.g. ``REDIS_URL``). A set variable replaces the default; a flag on the command line wins.
 * ``cli=False`` keeps a field out of both (values the program fills in itself).
+* ``secret=True`` gives a field its environment variable but no flag (a value on a command line shows in ``ps``
+  and shell histories): ``--help`` names the variable in its group's description.
 
 :func:`add_arguments` adds the flags of a settings class to an ``argparse`` parser; :func:`from_namespace` builds the
 (nested) settings object back from the parsed namespace. Defaults live only in the dataclass.
@@ -33,10 +35,12 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def setting(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None, env: str | None = None,
-            choices: Sequence[str] | None = None, cli: bool = True,
+            choices: Sequence[str] | None = None, cli: bool = True, secret: bool = False,
             default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with its help text and, optionally, its flag name, env name and choices."""
-    metadata = {"help": help, "flag": flag, "env": env, "choices": tuple(choices) if choices else None, "cli": cli}
+    """A dataclass field with its help text and, optionally, its flag name, env name and choices; ``secret``: read
+    from the environment only."""
+    metadata = {"help": help, "flag": flag, "env": env, "choices": tuple(choices) if choices else None, "cli": cli,
+                "secret": secret}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -60,6 +64,7 @@ class Option:
     help: str
     choices: tuple[str, ...] | None
     group: str = ""
+    secret: bool = False
 
     @property
     def dest(self) -> str:
@@ -135,7 +140,7 @@ def options(cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str 
         flag = meta.get("flag") or (f"--no-{name}" if kind is bool and default is True else f"--{name}")
         env = meta.get("env") or ENV_PREFIX + flag.removeprefix("--").removeprefix("no-").replace("-", "_").upper()
         out.append(Option((*path, f.name), flag, env, kind, optional, default, meta["help"], choices,
-                          group or cls.__name__))
+                          group or cls.__name__, bool(meta.get("secret"))))
     return out
 
 
@@ -155,7 +160,10 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
         if group is None:
             group = groups[o.group] = parser.add_argument_group(o.group)
         default = o.parse(env[o.env]) if o.env in env else o.default
-        if o.negated:
+        if o.secret:  # no flag: the value comes from the environment (or the default) only
+            parser.set_defaults(**{o.dest: default})
+            group.description = f"{group.description or ''}environment only: env {o.env}: {o.help}. "
+        elif o.negated:
             group.add_argument(o.flag, dest=o.dest, action="store_false", default=default,
                                help=f"turn off: {o.help} (on by default; env {o.env}=false)")
         elif o.kind is bool:

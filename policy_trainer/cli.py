@@ -28,6 +28,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (checkpoints, final adapter, metrics, plots)")
     p.add_argument("--max-steps", type=int, help="number of GRPO optimizer steps (overrides the profile)")
     p.add_argument("--reward-server", nargs="+", metavar="ADDR", help="reward service gRPC address(es) host:port")
+    p.add_argument("--reward-token-file", help="file holding the reward service's bearer token (default: env "
+                                               "COMPEER_REWARD_TOKEN when set)")
+    p.add_argument("--reward-tls-ca", help="PEM CA of the reward service's certificate (turns TLS on)")
+    p.add_argument("--reward-tls-cert", help="PEM client certificate (mutual TLS); needs --reward-tls-key")
+    p.add_argument("--reward-tls-key", help="PEM private key of --reward-tls-cert")
     p.add_argument("--policy-model", help="policy: `default` or a local HF folder (required by gpu-paper)")
     p.add_argument("--prompt-set", help="`smoke`, a datasets folder from `compeer-data emit`, or a JSONL file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -47,6 +52,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         values["max_steps"] = args.max_steps
     if args.reward_server:
         values["reward_server"] = list(args.reward_server)
+    for name in ("reward_token_file", "reward_tls_ca", "reward_tls_cert", "reward_tls_key"):
+        if getattr(args, name):
+            values[name] = getattr(args, name)
     if args.policy_model:
         values["policy_model"] = args.policy_model
     if args.prompt_set:

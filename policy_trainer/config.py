@@ -67,6 +67,26 @@ class CompeerGRPOConfig(GRPOConfig):
         default=3,
         metadata={"help": "Extra attempts after an UNAVAILABLE answer, within reward_timeout_s."},
     )
+    reward_token_file: str | None = field(
+        default=None,
+        metadata={"help": "File holding the bearer token of a reward service with authentication on; without it "
+                          "the token is read from env COMPEER_REWARD_TOKEN when set. The token itself is never a "
+                          "config field (configs are saved with every checkpoint)."},
+    )
+    reward_tls: bool = field(
+        default=False,
+        metadata={"help": "Reach the reward service over TLS (implied by reward_tls_ca / reward_tls_cert); without "
+                          "reward_tls_ca the system's roots verify it."},
+    )
+    reward_tls_ca: str | None = field(default=None, metadata={"help": "PEM CA bundle that signed the reward "
+                                                                      "service's certificate."})
+    reward_tls_cert: str | None = field(default=None, metadata={"help": "PEM client certificate, for a service "
+                                                                        "that requires mutual TLS."})
+    reward_tls_key: str | None = field(default=None, metadata={"help": "PEM private key of reward_tls_cert."})
+    reward_tls_server_name: str | None = field(
+        default=None,
+        metadata={"help": "Name the service's certificate must carry when it differs from the address's host."},
+    )
     # ---- redundancy (Eq.5-7) -------------------------------------------------------------------------------------
     redundancy_mode: str = field(
         default=RedundancyMode.PAPER.value,
@@ -172,6 +192,12 @@ class CompeerGRPOConfig(GRPOConfig):
             raise ValueError("reward_max_retries must be >= 0")
         if self.max_nonfinite_grad_steps < 0:
             raise ValueError(f"max_nonfinite_grad_steps must be >= 0 (got {self.max_nonfinite_grad_steps})")
+        for name in ("reward_token_file", "reward_tls_ca", "reward_tls_cert", "reward_tls_key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name} {path}: no such file")
+        if bool(self.reward_tls_cert) != bool(self.reward_tls_key):
+            raise ValueError("reward_tls_cert and reward_tls_key go together: give both or neither")
         if not 0.0 <= self.zero_std_warn_fraction <= 1.0:
             raise ValueError("zero_std_warn_fraction is a fraction of groups: set it between 0 and 1")
         if not self.policy_model:

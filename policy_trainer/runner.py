@@ -25,7 +25,7 @@ from policy_trainer.guards import SkipNonFiniteGradients
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings, ScoringClient
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
-from reward_server.client import RewardClient
+from reward_server.client import ClientSecurity, RewardClient
 from reward_server.types import ErrorInfo, GroupRequest, GroupResponse
 
 log = logging.getLogger(__name__)
@@ -82,15 +82,20 @@ class ModeRoutingClient:
 
 
 def default_client_factory(cfg: CompeerGRPOConfig) -> ClientFactory:
-    """The real gRPC client over ``cfg.reward_server`` (and ``cfg.orm_reward_server`` for separate ORM judges)."""
+    """The real gRPC client over ``cfg.reward_server`` (and ``cfg.orm_reward_server`` for separate ORM judges), with
+    the token and TLS settings of ``cfg`` (the token is read here, once: a missing token file fails the run before
+    training starts)."""
     addresses, orm = list(cfg.reward_server), list(cfg.orm_reward_server)
+    security = ClientSecurity.from_files(token_file=cfg.reward_token_file, tls=cfg.reward_tls,
+                                         ca_cert=cfg.reward_tls_ca, client_cert=cfg.reward_tls_cert,
+                                         client_key=cfg.reward_tls_key, server_name=cfg.reward_tls_server_name)
+
+    def client(servers: list[str]) -> RewardClient:
+        return RewardClient(servers, timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries,
+                            security=security)
 
     def make() -> ScoringClient:
-        prm = RewardClient(addresses, timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries)
-        if not orm:
-            return prm
-        return ModeRoutingClient(prm, RewardClient(orm, timeout_s=cfg.reward_timeout_s,
-                                                   max_retries=cfg.reward_max_retries))
+        return ModeRoutingClient(client(addresses), client(orm)) if orm else client(addresses)
 
     return make
 

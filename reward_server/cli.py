@@ -21,7 +21,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="serve the judge over gRPC and HTTP",
                        description="Serve the judge over gRPC and HTTP. Every flag has an environment variable "
-                                   "(named in its help); a flag on the command line wins.")
+                                   "(named in its help); a flag on the command line wins.",
+                       allow_abbrev=False)  # `--auth-tokens X` must not pass for `--auth-tokens-file X`
     add_arguments(s, ServerConfig, title="server")
 
     c = sub.add_parser("score", help="score a group from a JSON file (the POST /v1/score body) and print the result")
@@ -30,6 +31,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="gRPC host:port (repeatable; default localhost:50051 or env COMPEER_ADDRESS)")
     c.add_argument("--timeout-s", type=float, default=300.0)
     c.add_argument("--include-judgment", action="store_true")
+    c.add_argument("--token-file", help="file holding the bearer token (default: env COMPEER_REWARD_TOKEN when set)")
+    c.add_argument("--tls", action="store_true", help="TLS with the system's roots (implied by --tls-ca/--tls-cert)")
+    c.add_argument("--tls-ca", help="PEM CA that signed the server's certificate")
+    c.add_argument("--tls-cert", help="PEM client certificate (mutual TLS); needs --tls-key")
+    c.add_argument("--tls-key", help="PEM private key of --tls-cert")
     return p
 
 
@@ -40,7 +46,7 @@ def config_from_args(a: argparse.Namespace) -> ServerConfig:
 
 
 async def _score(a: argparse.Namespace, body: dict[str, Any]) -> int:
-    from reward_server.client import RewardCallError, RewardClient
+    from reward_server.client import ClientSecurity, RewardCallError, RewardClient
     from reward_server.errors import InvalidArgument
     from reward_server.http.convert import group_from_json
 
@@ -52,7 +58,13 @@ async def _score(a: argparse.Namespace, body: dict[str, Any]) -> int:
         print(json.dumps({"error": exc.info().to_json()}, indent=2), file=sys.stderr)
         return 2
     addresses = a.address or [os.environ.get("COMPEER_ADDRESS", "localhost:50051")]
-    async with RewardClient(addresses, timeout_s=a.timeout_s) as client:
+    try:
+        security = ClientSecurity.from_files(token_file=a.token_file, tls=a.tls, ca_cert=a.tls_ca,
+                                             client_cert=a.tls_cert, client_key=a.tls_key)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    async with RewardClient(addresses, timeout_s=a.timeout_s, security=security) as client:
         try:
             resp = await client.score_group(req)
         except RewardCallError as exc:

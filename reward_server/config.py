@@ -3,16 +3,73 @@ generated from its fields (and those of the nested engine, judge and limit setti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from cer.modes import JudgeMode
 from judge.engines.base import BACKENDS, EngineConfig
 from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from judge.settings import nested, setting
+from reward_server.auth import load_tokens
 from reward_server.types import SCORE_MODES, Limits
 
 CACHE_KINDS = ("auto", "redis", "memory", "off")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: groups judged at once when ``max_in_flight_groups`` is 0 (auto)
+CPU_IN_FLIGHT_GROUPS, ACCELERATOR_IN_FLIGHT_GROUPS = 8, 64
+
+
+@dataclass(frozen=True)
+class GetRewardSettings:
+    """``POST /get_reward`` (OpenRLHF's remote reward model protocol): how its queries are judged, and what an
+    unscored query is worth (nothing unless set: the call then fails, see docs/reward_server.md)."""
+
+    mode: JudgeMode = setting(JudgeMode.UNIFIED, choices=[m.value for m in SCORE_MODES],
+                              help="judge mode of every /get_reward query (a mode with a preference round needs "
+                                   "the query's label as the reference reply)")
+    failure_reward: float | None = setting(None, help="reward (and score 0) given to a query that was not scored; "
+                                                      "unset: a call with such a query fails with 502 UNSCORED")
+
+
+@dataclass
+class SecuritySettings:
+    """Authentication and TLS (docs/reward_server.md, "Security and limits"). Both off by default: auth turns on
+    when a token source is set, TLS when a certificate is."""
+
+    auth_tokens_file: str | None = setting(None, help="file of accepted bearer tokens, one a line (# comments); "
+                                                      "setting it turns authentication on for both fronts; re-read "
+                                                      "when it changes (rotation without a restart)")
+    auth_tokens: str | None = setting(None, secret=True,
+                                      help="accepted bearer tokens, comma-separated (turns authentication on)")
+    auth_metrics: bool = setting(False, help="require a token for /metrics too (default: open, like the health "
+                                             "endpoints, for scrapers)")
+    tls_cert: str | None = setting(None, help="PEM certificate (chain) of the server: TLS on gRPC and HTTPS")
+    tls_key: str | None = setting(None, help="PEM private key of --tls-cert")
+    tls_client_ca: str | None = setting(None, help="PEM CA bundle: gRPC then requires a client certificate it "
+                                                   "signed (mutual TLS); needs --tls-cert")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens_file or self.auth_tokens)
+
+    def summary(self) -> str:
+        """E.g. ``auth on, TLS mutual`` (for the start-up log line)."""
+        tls = "mutual" if self.tls_client_ca else "on" if self.tls_cert else "off"
+        return f"auth {'on' if self.auth_enabled else 'off'}, TLS {tls}"
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag to fix (a token's value is never part of a message)."""
+        for name in ("auth_tokens_file", "tls_cert", "tls_key", "tls_client_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"--{name.replace('_', '-')} {path}: no such file")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ValueError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key: the server's own TLS")
+        if self.auth_enabled:
+            load_tokens(self.auth_tokens_file, self.auth_tokens)  # raises on an empty set or a short token
 
 
 @dataclass
@@ -35,14 +92,23 @@ class ServerConfig:
                                       help="judge mode of a request that names none")
     judge: JudgeSettings = nested(JudgeSettings, help="judge sampling and retries")
     limits: Limits = nested(Limits, help="request limits")
+    get_reward: GetRewardSettings = nested(GetRewardSettings, prefix="get-reward-",
+                                           help="POST /get_reward (OpenRLHF remote reward model)")
     judge_timeout_s: float = setting(120.0, help="per-candidate judge limit in seconds (past it: status timeout)")
     default_timeout_s: float = setting(300.0, help="per-request limit when neither the caller nor the transport "
                                                    "sets a deadline")
     embedding_model: str = setting("default", help="similarity embeddings: 'default' (all-MiniLM-L6-v2 wheel), an "
                                                    "HF folder, or 'off'")
-    max_in_flight_groups: int = setting(64, help="groups judged at once; more wait (counted in queue_ms)")
+    max_in_flight_groups: int = setting(0, help="groups judged at once; more wait (counted in queue_ms). 0: auto, "
+                                                "8 on CPU, 64 on a GPU or a remote endpoint")
+    max_waiting_groups: int = setting(256, help="groups that may wait for a judge slot; past it a group is refused "
+                                                "at once (HTTP 429, gRPC RESOURCE_EXHAUSTED, with a retry hint); "
+                                                "-1: no bound (no load shedding)")
+    max_body_bytes: int = setting(32 * 1024 * 1024, help="largest request: HTTP body (413 past it, before parsing) "
+                                                         "and gRPC message (RESOURCE_EXHAUSTED)")
     shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
                                                  "cancelled")
+    security: SecuritySettings = nested(SecuritySettings, help="authentication and TLS")
     log_level: str = setting("INFO", help="log level, any case: DEBUG | INFO | WARNING | ERROR (dialogue text is "
                                           "logged at DEBUG only)")
 
@@ -76,13 +142,34 @@ class ServerConfig:
             raise ValueError(f"rationale_max_chars {j.rationale_max_chars}: expected >= 1")
         if self.limits.max_candidates < 1 or self.limits.max_groups < 1:
             raise ValueError("limits max_candidates and max_groups must be >= 1")
+        L = self.limits
+        if not 1 <= L.max_dialogue_turns <= L.max_history_turns + 1:
+            raise ValueError(f"max_dialogue_turns {L.max_dialogue_turns}: expected 1..max_history_turns + 1 "
+                             f"({L.max_history_turns + 1}; a supporter turn's history is every earlier turn)")
+        if L.max_queries < 1:
+            raise ValueError(f"max_queries {L.max_queries}: expected >= 1")
+        if self.get_reward.failure_reward is not None and not math.isfinite(self.get_reward.failure_reward):
+            raise ValueError("get_reward failure_reward must be a finite number (or unset)")
         if self.judge_timeout_s <= 0 or self.default_timeout_s <= 0:
             raise ValueError("judge_timeout_s and default_timeout_s must be > 0 seconds")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ValueError(f"log_level {self.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
-        if self.max_in_flight_groups < 1:
-            raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1")
+        if self.max_in_flight_groups < 0:
+            raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1, or 0 for auto")
+        if self.max_waiting_groups < -1:
+            raise ValueError(f"max_waiting_groups {self.max_waiting_groups}: expected >= 0, or -1 for no bound")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes {self.max_body_bytes}: expected >= 1024")
+        self.security.validate()
         return self
+
+    def in_flight_groups(self, on_cpu: bool) -> int:
+        """``max_in_flight_groups`` with 0 resolved. On CPU the engine shares a few cores among everything in
+        flight, so 64 one-candidate groups at once all ran past ``judge_timeout_s`` together (every candidate
+        ``timeout``) where 8 at a time all finished; the bound keeps in flight what can finish in time."""
+        if self.max_in_flight_groups:
+            return self.max_in_flight_groups
+        return CPU_IN_FLIGHT_GROUPS if on_cpu else ACCELERATOR_IN_FLIGHT_GROUPS
 
     @property
     def cache_kind(self) -> str:

@@ -6,28 +6,31 @@ Both fronts (``grpc/servicer.py``, ``http/app.py``) only convert, await this cor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from cer import rewards
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
-from cer.reasoning import ParsedOutput, parse, strip_tags
+from cer.reasoning import PARTS, RESPONSE_PART, ParsedOutput, parse, strip_tags
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind, Preference, Verdict, parse_label
 from judge.conversation import CandidateJudgment, Judge
 from judge.engines.base import Engine, EngineError
-from judge.protocol import COMPONENTS, PREFERENCE, STEP_COMPONENTS, load_template
+from judge.protocol import COMPONENTS, PREFERENCE, REPLY, STEP_COMPONENTS, load_template
 from reward_server import __version__
+from reward_server.admission import Admission
 from reward_server.cache import KeyContext, ResultCache, cache_key
 from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
-from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, ServiceError
+from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, Overloaded, ServiceError
 from reward_server.metrics import Metrics
 from reward_server.types import (
     SCORE_MODES,
@@ -48,6 +51,7 @@ from reward_server.types import (
 from reward_server.validation import candidate_error, validate_group
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -84,12 +88,30 @@ def reply_text(candidate: str, parsed: ParsedOutput) -> str:
     return parsed.response if parsed.response is not None else strip_tags(candidate)
 
 
-def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> CandidateResult:
+def judged_parts(candidate: str, mode: JudgeMode) -> ParsedOutput:
+    """What the judge is shown of a candidate: its parsed CER parts, or in mode ``reply`` only the reply
+    (:func:`reply_text`: the ``<response>`` part, else the text without tags)."""
+    parsed = parse(candidate)
+    if not mode.judges_reply:
+        return parsed
+    reply = reply_text(candidate, parsed) or None
+    return ParsedOutput(parts={p: reply if p == RESPONSE_PART else None for p in PARTS},
+                        missing=[p for p in PARTS if p != RESPONSE_PART or reply is None])
+
+
+def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome, fmt: ParsedOutput | None = None) -> CandidateResult:
     """Turn a judgment into the reported result, applying the reward rules of :mod:`cer.rewards`.
 
-    Parts missing from the candidate were not judged: they count as failed (-1) with ``judged = False``.
+    Parts missing from the candidate were not judged: they count as failed (-1) with ``judged = False``. ``fmt``:
+    the candidate's own parse for the format check when ``parsed`` is what the judge saw of it (mode ``reply``).
     """
     j = outcome.judgment or CandidateJudgment()
+    reply: StepResult | None = None
+    if mode.judges_reply:
+        rv = j.verdicts.get(REPLY)
+        rb = rv if isinstance(rv, bool) else None
+        reply = StepResult(verdict=None, valid=True, judged=False) if parsed.response is None \
+            else StepResult(verdict=rb, valid=rb is not None, judged=REPLY in j.judged)
     steps: list[StepResult] = []
     if mode.judges_steps:
         for i, c in enumerate(STEP_COMPONENTS):
@@ -103,28 +125,32 @@ def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome) -> Candid
     if mode.judges_preference:
         preference = PreferenceResult(verdict=None, valid=True, judged=False) if parsed.response is None \
             else PreferenceResult(verdict=p, valid=p is not None, judged=PREFERENCE in j.judged)
-    r = rewards.candidate_rewards(parsed, mode, [s.verdict for s in steps] if steps else [], p)
+    r = rewards.candidate_rewards(parsed, mode, [s.verdict for s in steps] if steps else [], p,
+                                  reply.verdict if reply is not None else None)
     total = r.total
     status = outcome.status
     if status is Status.OK and total is None:
         status = Status.PARSE_FAILED
     if status is not Status.OK:
         total = None
+    f = fmt or parsed
     return CandidateResult(status=status, steps=steps, preference=preference,
-                           format=FormatResult(ok=parsed.ok, missing=list(parsed.missing)),
-                           rewards=Rewards(steps=r.steps, preference=r.preference, format=r.format, total=total),
-                           judgment=list(j.texts), cache_hit=outcome.cache_hit, error=outcome.error)
+                           format=FormatResult(ok=f.ok, missing=list(f.missing)),
+                           rewards=Rewards(steps=r.steps, preference=r.preference, format=r.format, total=total,
+                                           reply=r.reply),
+                           judgment=list(j.texts), cache_hit=outcome.cache_hit, error=outcome.error, reply=reply)
 
 
-def _invalid_result(mode: JudgeMode, err: ErrorInfo) -> CandidateResult:
+def invalid_result(mode: JudgeMode, err: ErrorInfo) -> CandidateResult:
+    """The ``invalid_input`` result of a candidate that was rejected before judging (``err`` says why)."""
     return CandidateResult(
         status=Status.INVALID_INPUT,
         steps=[StepResult() for _ in STEP_COMPONENTS] if mode.judges_steps else [],
         preference=PreferenceResult() if mode.judges_preference else None,
         format=FormatResult(ok=False, missing=[]),
         rewards=Rewards(steps=[None] * (3 if mode.judges_steps else 0), preference=None,
-                        format=rewards.FORMAT_BAD, total=None),
-        error=err)
+                        format=None if mode.judges_reply else rewards.FORMAT_BAD, total=None),
+        error=err, reply=StepResult() if mode.judges_reply else None)
 
 
 class RewardCore:
@@ -139,8 +165,11 @@ class RewardCore:
         self.metrics = metrics or Metrics()
         self.template = load_template(config.template)
         self.judge = Judge(engine, self.template, load_taxonomy(config.taxonomy), config.judge)
+        #: the modes this server serves: mode reply only with a template that has a reply round
+        self.modes = [m for m in SCORE_MODES if not m.judges_reply or self.template.reply_round is not None]
         self._ready = False
-        self._admission = asyncio.Semaphore(config.max_in_flight_groups)
+        self.admission = Admission(config.in_flight_groups(on_cpu=config.engine.device == "cpu"),
+                                   None if config.max_waiting_groups < 0 else config.max_waiting_groups, self.metrics)
         self.metrics.queue_depth.set_function(lambda: float(self.engine.queue_depth()))
         s = config.judge
         self.sampling = SamplingInfo(temperature=s.temperature, top_p=s.top_p,
@@ -185,40 +214,54 @@ class RewardCore:
         e = self.config.engine
         return InfoResponse(model=e.model_id, revision=e.revision, adapter=e.adapter_id or e.adapter,
                             backend=e.backend,
-                            template_version=self.template.version, modes=list(SCORE_MODES),
+                            template_version=self.template.version, modes=list(self.modes),
                             default_mode=self.config.default_mode, limits=self.config.limits,
                             sampling=self.sampling, version=__version__, cache=self.cache.kind,
                             embedding_model=self.embedder.model_id if self.embedder else "off")
 
     # ---- scoring ------------------------------------------------------------------------------------------------
-    def _timeout(self, req: GroupRequest, transport_timeout_s: float | None) -> float:
+    def timeout_for(self, timeout_ms: int, transport_timeout_s: float | None) -> float:
+        """The tightest of the server default, the transport deadline and the request's ``timeout_ms`` (0: unset)."""
         limits = [self.config.default_timeout_s]
         if transport_timeout_s is not None:
             limits.append(transport_timeout_s)
-        if req.options.timeout_ms:
-            limits.append(req.options.timeout_ms / 1000.0)
+        if timeout_ms:
+            limits.append(timeout_ms / 1000.0)
         return max(0.0, min(limits))
+
+    async def bounded(self, work: Awaitable[T], timeout: float, field: str) -> T:
+        """Await ``work`` within ``timeout`` seconds; past it its engine requests are cancelled and
+        :class:`DeadlineExceeded` names ``field``."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await work
+        except TimeoutError:
+            self.metrics.failures.labels("deadline").inc()
+            raise DeadlineExceeded(f"the request was not judged within {timeout:.3f} s; its engine requests were "
+                                   "cancelled", field) from None
+
+    def check_ready(self) -> None:
+        """Raise :class:`NotReady` unless requests can be served."""
+        if not self.ready:
+            raise NotReady("the judge engine is not ready; retry after /readyz reports ready")
 
     async def score_group(self, req: GroupRequest, timeout_s: float | None = None, prefix: str = "") -> GroupResponse:
         """Score one group. Raises :class:`ServiceError` for group-level failures (bad input, not ready, deadline)."""
-        if not self.ready:
-            raise NotReady("the judge engine is not ready; retry after /readyz reports ready")
+        self.check_ready()
         mode = req.options.mode or self.config.default_mode
-        validate_group(req, mode, self.config.limits, prefix)
-        timeout = self._timeout(req, timeout_s)
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._score(req, mode, prefix)
-        except TimeoutError:
-            self.metrics.failures.labels("deadline").inc()
-            raise DeadlineExceeded(f"the group was not judged within {timeout:.3f} s; its engine requests were "
-                                   "cancelled", f"{prefix}options.timeout_ms") from None
+        validate_group(req, mode, self.config.limits, prefix, self.modes)
+        return await self.bounded(self._score(req, mode, prefix), self.timeout_for(req.options.timeout_ms, timeout_s),
+                                  f"{prefix}options.timeout_ms")
+
+    async def score_validated(self, req: GroupRequest, mode: JudgeMode, prefix: str = "") -> GroupResponse:
+        """Score a group already checked with :func:`validate_group` (dialogue turns, ``/get_reward`` queries);
+        the caller bounds it (:meth:`bounded`)."""
+        return await self._score(req, mode, prefix)
 
     async def score_batch(self, groups: list[GroupRequest | ErrorInfo],
                           timeout_s: float | None = None) -> list[GroupResponse | ErrorInfo]:
         """Score many groups; each succeeds or fails on its own (entries that failed conversion pass through)."""
-        if not self.ready:
-            raise NotReady("the judge engine is not ready; retry after /readyz reports ready")
+        self.check_ready()
         if not groups:
             raise InvalidArgument("at least 1 group is required", "groups")
         if len(groups) > self.config.limits.max_groups:
@@ -233,14 +276,19 @@ class RewardCore:
             except ServiceError as exc:
                 return exc.info()
 
-        return list(await asyncio.gather(*(one(i, g) for i, g in enumerate(groups))))
+        out = list(await asyncio.gather(*(one(i, g) for i, g in enumerate(groups))))
+        shed = [o for o in out if isinstance(o, ErrorInfo) and o.code == Overloaded.code.value]
+        if shed and len(shed) == sum(1 for g in groups if isinstance(g, GroupRequest)):
+            # nothing was admitted: refuse the call as a whole, so the caller retries it elsewhere
+            raise Overloaded(shed[0].message, "groups", retry_after_s=self.admission.retry_after_s())
+        return out
 
     async def _score(self, req: GroupRequest, mode: JudgeMode, prefix: str) -> GroupResponse:
         t0 = time.perf_counter()
         errors = [candidate_error(c, i, self.config.limits, prefix) for i, c in enumerate(req.candidates)]
         valid = [i for i, e in enumerate(errors) if e is None]
         # rejected candidates are neither parsed nor hashed
-        parsed = {i: parse(req.candidates[i]) for i in valid}
+        parsed = {i: judged_parts(req.candidates[i], mode) for i in valid}
         keys = {i: cache_key(self._key_ctx, mode.value, req.history, req.reference, req.candidates[i]) for i in valid}
         outcomes: dict[str, _Outcome] = {}
         if self.cacheable:
@@ -248,9 +296,10 @@ class RewardCore:
             for k, rec in zip(distinct, await self.cache.get_many(distinct)):
                 if rec is not None:
                     outcomes[k] = _Outcome(_judgment_from_record(rec), Status.OK, cache_hit=True)
-        async with self._admission:
+        todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
+        # a group answered from the cache alone needs no judge slot, so cache hits are served under overload too
+        async with self.admission.slot(prefix.rstrip(".")) if todo else contextlib.nullcontext():
             t1 = time.perf_counter()
-            todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
             if self.cacheable:
                 self.metrics.cache_hits.inc(sum(1 for i in valid if keys[i] in outcomes))
                 self.metrics.cache_misses.inc(sum(1 for i in valid if keys[i] not in outcomes))
@@ -271,9 +320,9 @@ class RewardCore:
         for i, c in enumerate(req.candidates):
             err = errors[i]
             if err is not None:
-                results.append(_invalid_result(mode, err))
+                results.append(invalid_result(mode, err))
                 continue
-            r = assemble(parsed[i], mode, outcomes[keys[i]])
+            r = assemble(parsed[i], mode, outcomes[keys[i]], parse(c) if mode.judges_reply else None)
             if not req.options.include_judgment:
                 r.judgment = None
             if i in sim_of:
@@ -282,12 +331,17 @@ class RewardCore:
         for r in results:
             self.metrics.candidates.labels(r.status.value).inc()
         t2 = time.perf_counter()
-        meta = GroupMeta(model=self.config.engine.model_id, revision=self.config.engine.revision,
-                         adapter=self._key_ctx.adapter, template_version=self.template.version,
-                         sampling=self.sampling, mode=mode, queue_ms=(t1 - t0) * 1000, inference_ms=(t2 - t1) * 1000,
-                         cache_hits=sum(1 for r in results if r.cache_hit),
-                         judge_rounds=sum(o.judgment.generations for o in judged if o.judgment is not None))
+        meta = self.meta(mode)
+        meta.queue_ms, meta.inference_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+        meta.cache_hits = sum(1 for r in results if r.cache_hit)
+        meta.judge_rounds = sum(o.judgment.generations for o in judged if o.judgment is not None)
         return GroupResponse(results=results, meta=meta)
+
+    def meta(self, mode: JudgeMode) -> GroupMeta:
+        """The response metadata of this server for ``mode`` (timings and counts zero)."""
+        return GroupMeta(model=self.config.engine.model_id, revision=self.config.engine.revision,
+                         adapter=self._key_ctx.adapter, template_version=self.template.version,
+                         sampling=self.sampling, mode=mode)
 
     async def _judge_one(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
                          mode: JudgeMode) -> _Outcome:
@@ -303,7 +357,7 @@ class RewardCore:
             return _Outcome(None, Status.ENGINE_ERROR, error=ErrorInfo("INTERNAL", "", str(exc)))
         self.metrics.judge_latency.labels(mode.value).observe(time.perf_counter() - t)
         self.metrics.judge_rounds.labels(mode.value).inc(j.generations)
-        failed = [c for c in COMPONENTS if c in j.judged and j.verdicts.get(c) is None]
+        failed = [c for c in (*COMPONENTS, REPLY) if c in j.judged and j.verdicts.get(c) is None]
         for c in failed:
             self.metrics.parse_failures.labels(c).inc()
         return _Outcome(j, Status.PARSE_FAILED if failed else Status.OK)

@@ -8,6 +8,10 @@ import grpc
 
 from reward_server.types import ErrorInfo
 
+#: gRPC trailing-metadata key of the retry hint sent with a RESOURCE_EXHAUSTED from load shedding (milliseconds);
+#: its presence tells shedding apart from the transport's own RESOURCE_EXHAUSTED (a message over the size limit).
+RETRY_AFTER_KEY = "compeer-retry-after-ms"
+
 
 class ErrorCode(str, enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
@@ -15,6 +19,8 @@ class ErrorCode(str, enum.Enum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     INTERNAL = "INTERNAL"
+    UNSCORED = "UNSCORED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
 
 
 #: code -> (HTTP status, gRPC status). Both fronts read this table and nothing else.
@@ -24,6 +30,10 @@ ERROR_TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     ErrorCode.DEADLINE_EXCEEDED: (504, grpc.StatusCode.DEADLINE_EXCEEDED),
     ErrorCode.RESOURCE_EXHAUSTED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
     ErrorCode.INTERNAL: (500, grpc.StatusCode.INTERNAL),
+    # a batch in a protocol whose reply has no room for a missing score (POST /get_reward) held an item the judge did
+    # not score (parse failure, timeout, engine error) and no failure reward is configured
+    ErrorCode.UNSCORED: (502, grpc.StatusCode.UNKNOWN),
+    ErrorCode.UNAUTHENTICATED: (401, grpc.StatusCode.UNAUTHENTICATED),
 }
 
 
@@ -61,6 +71,15 @@ class NotReady(ServiceError):
     code = ErrorCode.UNAVAILABLE
 
 
+class BodyTooLarge(InvalidArgument):
+    """An HTTP body over ``max_body_bytes``: a client's mistake answered 413 before the body is parsed (over gRPC,
+    the transport itself refuses a message over the same bound with RESOURCE_EXHAUSTED)."""
+
+    @property
+    def http_status(self) -> int:
+        return 413
+
+
 class DeadlineExceeded(ServiceError):
     """The request's deadline passed; its engine work was cancelled."""
 
@@ -68,12 +87,28 @@ class DeadlineExceeded(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """Too many requests in flight."""
+    """Too many groups in flight and waiting: refused at once, with a hint of when to retry (seconds)."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, field: str = "", retry_after_s: float = 1.0) -> None:
+        super().__init__(message, field)
+        self.retry_after_s = retry_after_s
+
+
+class Unscored(ServiceError):
+    """An item of a batch was not scored and the protocol cannot say so per item (``/get_reward``)."""
+
+    code = ErrorCode.UNSCORED
 
 
 class Internal(ServiceError):
     """A bug or an unexpected engine failure."""
 
     code = ErrorCode.INTERNAL
+
+
+class Unauthenticated(ServiceError):
+    """No bearer token, or one the server does not accept (``reward_server.auth``)."""
+
+    code = ErrorCode.UNAUTHENTICATED

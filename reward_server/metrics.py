@@ -36,11 +36,19 @@ class Metrics:
                                       "Components left unparsable after retries.", ["component"], registry=r)
         self.cache_hits = Counter("compeer_cache_hits_total", "Candidate results served from the cache.", registry=r)
         self.cache_misses = Counter("compeer_cache_misses_total", "Cacheable candidates not in the cache.", registry=r)
+        self.auth_failures = Counter("compeer_auth_failures_total", "Calls refused for a missing, malformed or "
+                                     "wrong bearer token.", ["transport", "reason"], registry=r)
         self.cache_errors = Counter("compeer_cache_errors_total", "Cache backend failures (served uncached).",
                                     ["op"], registry=r)
         self.queue_depth = Gauge("compeer_engine_queue_depth", "Generations waiting or running in the engine.",
                                  registry=r)
         self.in_flight = Gauge("compeer_in_flight_requests", "Requests being served.", registry=r)
+        self.shed = Counter("compeer_shed_groups_total", "Groups refused by admission control (HTTP 429, gRPC "
+                            "RESOURCE_EXHAUSTED).", ["reason"], registry=r)
+        self.admission_in_flight = Gauge("compeer_admission_in_flight_groups", "Groups holding a judge slot.",
+                                         registry=r)
+        self.admission_waiting = Gauge("compeer_admission_waiting_groups", "Groups waiting for a judge slot.",
+                                       registry=r)
         self.failures = Counter("compeer_request_failures_total", "Failed requests by reason.", ["reason"], registry=r)
 
     @contextlib.contextmanager

@@ -22,13 +22,15 @@ from grpc_reflection.v1alpha import reflection
 from judge.device import dtype_name, resolve_device_dtype
 from judge.engines import create_engine
 from judge.model_store import NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
+from reward_server.auth import GrpcAuth, Guard
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.embeddings import Embedder, SentenceEmbedder
-from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
+from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer, add_to_server
 from reward_server.http.app import create_app
 from reward_server.metrics import Metrics
+from reward_server.tls import add_grpc_port, uvicorn_tls
 
 log = logging.getLogger(__name__)
 DEFAULT_EMBEDDING_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -64,7 +66,8 @@ async def build_core(config: ServerConfig) -> RewardCore:
     """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
     config.validate()
     if config.engine.backend != "openai":
-        _, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        device, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
+        config.max_in_flight_groups = config.in_flight_groups(on_cpu=device == "cpu")
         # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
         ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter,
                                                        dtype_name(dtype))
@@ -79,6 +82,13 @@ async def build_core(config: ServerConfig) -> RewardCore:
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
     return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
+
+
+def grpc_server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """One size limit for both fronts: a gRPC message over ``max_body_bytes`` is refused by the transport
+    (RESOURCE_EXHAUSTED, with no retry hint), as an HTTP body over it is refused with 413."""
+    return [("grpc.max_receive_message_length", config.max_body_bytes),
+            ("grpc.max_send_message_length", 256 * 1024 * 1024)]
 
 
 async def _set_health(health: HealthServicer, status: int) -> None:
@@ -96,6 +106,17 @@ async def _watch_engine(core: RewardCore, health: HealthServicer, every_s: float
     await asyncio.Event().wait()  # keep serving errors until the orchestrator restarts the process
 
 
+def create_grpc_server(core: RewardCore, health: HealthServicer, guard: Guard) -> tuple[grpc.aio.Server, int]:
+    """The gRPC server over ``core``: RewardService, health, reflection; tokens checked by ``guard`` (health open),
+    TLS / mutual TLS from ``core.config.security``. Returns the server (not started) and its bound port."""
+    server = grpc.aio.server(interceptors=[GrpcAuth(guard)], options=grpc_server_options(core.config))
+    add_to_server(RewardServicer(core), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
+    config = core.config
+    return server, add_grpc_port(server, f"{config.host}:{config.grpc_port}", config.security)
+
+
 async def serve(config: ServerConfig) -> None:
     """Run both fronts until SIGTERM / SIGINT."""
     core = await build_core(config)
@@ -104,23 +125,18 @@ async def serve(config: ServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
-                                      ("grpc.max_send_message_length", 256 * 1024 * 1024)])
-    from reward_server.proto import pb_grpc
-
-    pb_grpc.add_RewardServiceServicer_to_server(RewardServicer(core), server)
+    guard = Guard.from_settings(config.security, core.metrics)  # one token check for both fronts
     health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)
-    grpc_port = server.add_insecure_port(f"{config.host}:{config.grpc_port}")
+    server, grpc_port = create_grpc_server(core, health, guard)
     await _set_health(health, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
 
-    http = _Uvicorn(uvicorn.Config(create_app(core), host=config.host, port=config.http_port, log_level="warning",
-                                   lifespan="off", access_log=False))
+    http = _Uvicorn(uvicorn.Config(create_app(core, guard), host=config.host, port=config.http_port,
+                                   log_level="warning", lifespan="off", access_log=False,
+                                   **uvicorn_tls(config.security)))
     http_task = asyncio.create_task(http.serve())
-    log.info("listening: gRPC %s:%d, HTTP %s:%d; loading the %s engine", config.host, grpc_port, config.host,
-             config.http_port, config.engine.backend)
+    log.info("listening: gRPC %s:%d, HTTP %s:%d (%s); loading the %s engine", config.host, grpc_port, config.host,
+             config.http_port, config.security.summary(), config.engine.backend)
     start_task = asyncio.create_task(core.start())
     stop_task = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({start_task, stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)

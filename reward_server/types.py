@@ -10,13 +10,15 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from cer.dialogue import Turn
+from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.verdicts import Preference
 from judge.settings import setting
 
-#: The modes ScoreGroup / ScoreBatch serve (``reply`` results have no wire shape there yet).
-SCORE_MODES: tuple[JudgeMode, ...] = tuple(m for m in JudgeMode if not m.judges_reply)
+#: The modes the service serves. In mode ``reply`` a candidate is a plain reply (its ``<response>`` part when it has
+#: one, else its text without tags), judged point-wise with no reference: the result's ``reply`` verdict and
+#: ``rewards.reply`` carry it, and there are no steps, no preference and no format reward.
+SCORE_MODES: tuple[JudgeMode, ...] = tuple(JudgeMode)
 
 
 class Status(str, enum.Enum):
@@ -95,11 +97,13 @@ class FormatResult:
 class Rewards:
     steps: list[float | None]
     preference: float | None
-    format: float
+    format: float | None  # None in mode reply (no format rule there)
     total: float | None
+    reply: float | None = None  # mode reply only
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": list(self.steps), "preference": self.preference, "format": self.format, "total": self.total}
+        return {"steps": list(self.steps), "preference": self.preference, "format": self.format,
+                "reply": self.reply, "total": self.total}
 
 
 @dataclass
@@ -124,12 +128,14 @@ class CandidateResult:
     judgment: list[str] | None = None
     cache_hit: bool = False
     error: ErrorInfo | None = None
+    reply: StepResult | None = None  # mode reply only: the point-wise verdict of the plain reply
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "status": self.status.value,
             "steps": [s.to_json() for s in self.steps],
             "preference": None if self.preference is None else self.preference.to_json(),
+            "reply": None if self.reply is None else self.reply.to_json(),
             "format": self.format.to_json(),
             "rewards": self.rewards.to_json(),
             "similarity": None if self.similarity is None else self.similarity.to_json(),
@@ -196,11 +202,16 @@ class Limits:
     max_history_turns: int = setting(64, help="history turns per group")
     max_text_chars: int = setting(8000, help="characters per history turn, reference or candidate")
     max_timeout_ms: int = setting(600_000, help="the longest options.timeout_ms a request may ask for")
+    max_dialogue_turns: int = setting(65, help="turns per dialogue (POST /v1/dialogues:score, ScoreDialogue); at "
+                                               "most max_history_turns + 1, since a turn's history is every "
+                                               "earlier turn")
+    max_queries: int = setting(256, help="queries per POST /get_reward call")
 
     def to_json(self) -> dict[str, int]:
         return {"max_candidates": self.max_candidates, "max_groups": self.max_groups,
                 "max_history_turns": self.max_history_turns, "max_text_chars": self.max_text_chars,
-                "max_timeout_ms": self.max_timeout_ms}
+                "max_timeout_ms": self.max_timeout_ms, "max_dialogue_turns": self.max_dialogue_turns,
+                "max_queries": self.max_queries}
 
 
 @dataclass
@@ -224,3 +235,74 @@ class InfoResponse:
                 "default_mode": self.default_mode.value, "limits": self.limits.to_json(),
                 "sampling": self.sampling.to_json(), "version": self.version, "cache": self.cache,
                 "embedding_model": self.embedding_model}
+
+
+# ---- dialogue scoring (POST /v1/dialogues:score, ScoreDialogue; the logic is reward_server/dialogue.py) ----
+@dataclass(frozen=True)
+class DialogueTurn:
+    """One turn; a supporter turn may carry a ``reference`` reply (used where its mode has a preference round)."""
+
+    role: Role
+    text: str
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class DialogueRequest:
+    turns: list[DialogueTurn]
+    options: ScoreOptions = field(default_factory=ScoreOptions)
+
+
+@dataclass
+class TurnResult:
+    """The result of supporter turn ``index`` (its position in ``turns``), judged in ``mode``."""
+
+    index: int
+    mode: JudgeMode
+    result: CandidateResult
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "mode": self.mode.value, **self.result.to_json()}
+
+
+@dataclass
+class ModeAggregate:
+    """Totals of the scored turns of one mode (totals of different modes have different ranges)."""
+
+    scored: int
+    mean_total: float | None
+    min_total: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scored": self.scored, "mean_total": self.mean_total, "min_total": self.min_total}
+
+
+@dataclass
+class DialogueAggregate:
+    """``turns``: supporter turns; ``scorable``: those that passed validation (not ``invalid_input``); ``scored``:
+    those with status ``ok``. Means and minima are over scored turns only (null when none); ``components``: the mean
+    reward of each component over the scored turns that have it."""
+
+    turns: int
+    scorable: int
+    scored: int
+    mean_total: float | None
+    min_total: float | None
+    components: dict[str, float]
+    by_mode: dict[str, ModeAggregate]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"turns": self.turns, "scorable": self.scorable, "scored": self.scored, "mean_total": self.mean_total,
+                "min_total": self.min_total, "components": dict(self.components),
+                "by_mode": {m: a.to_json() for m, a in self.by_mode.items()}}
+
+
+@dataclass
+class DialogueResponse:
+    turns: list[TurnResult]
+    aggregate: DialogueAggregate
+    meta: GroupMeta
+
+    def to_json(self) -> dict[str, Any]:
+        return {"turns": [t.to_json() for t in self.turns], "aggregate": self.aggregate.to_json(),
+                "meta": self.meta.to_json()}

@@ -6,6 +6,8 @@ its own ``invalid_input`` result, so nothing else in the group or the batch is l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cer.modes import JudgeMode
 from reward_server.errors import InvalidArgument
 from reward_server.types import SCORE_MODES, ErrorInfo, GroupRequest, Limits
@@ -17,11 +19,17 @@ def _too_long(text: str, limits: Limits, field: str) -> InvalidArgument | None:
     return None
 
 
-def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: str = "") -> None:
+def check_mode(mode: JudgeMode, modes: Sequence[JudgeMode], field: str) -> None:
+    """Raise InvalidArgument unless ``mode`` is one of the ``modes`` this server serves."""
+    if mode not in modes:
+        raise InvalidArgument(f"mode {mode.value!r} is not served by this server (its judge template has no round "
+                              f"for it); use one of {', '.join(m.value for m in modes)}", field)
+
+
+def validate_group(req: GroupRequest, mode: JudgeMode, limits: Limits, prefix: str = "",
+                   modes: Sequence[JudgeMode] = SCORE_MODES) -> None:
     """Raise InvalidArgument (field path + limit) for problems that make the whole group unscorable."""
-    if mode not in SCORE_MODES:
-        raise InvalidArgument(f"mode {mode.value!r} is not served by this endpoint; use one of "
-                              f"{', '.join(m.value for m in SCORE_MODES)}", f"{prefix}options.mode")
+    check_mode(mode, modes, f"{prefix}options.mode")
     n = len(req.candidates)
     if n == 0:
         raise InvalidArgument("at least 1 candidate is required", f"{prefix}candidates")

@@ -28,7 +28,7 @@ from reward_server.types import (
 _ROLE = {Role.SEEKER: pb.ROLE_SEEKER, Role.SUPPORTER: pb.ROLE_SUPPORTER}
 _ROLE_BACK = {v: k for k, v in _ROLE.items()}
 _MODE = {JudgeMode.UNIFIED: pb.JUDGE_MODE_UNIFIED, JudgeMode.SINGLE_PASS: pb.JUDGE_MODE_SINGLE_PASS,
-         JudgeMode.PRM: pb.JUDGE_MODE_PRM, JudgeMode.ORM: pb.JUDGE_MODE_ORM}
+         JudgeMode.PRM: pb.JUDGE_MODE_PRM, JudgeMode.ORM: pb.JUDGE_MODE_ORM, JudgeMode.REPLY: pb.JUDGE_MODE_REPLY}
 _MODE_BACK = {v: k for k, v in _MODE.items()}
 _STATUS = {Status.OK: pb.STATUS_OK, Status.PARSE_FAILED: pb.STATUS_PARSE_FAILED, Status.TIMEOUT: pb.STATUS_TIMEOUT,
            Status.INVALID_INPUT: pb.STATUS_INVALID_INPUT, Status.ENGINE_ERROR: pb.STATUS_ENGINE_ERROR}
@@ -39,13 +39,24 @@ _PREF_BACK = {v: k for k, v in _PREF.items()}
 
 
 # ---- requests -------------------------------------------------------------------------------------------------
+def options_to_pb(o: ScoreOptions) -> pb.ScoreOptions:
+    return pb.ScoreOptions(mode=_MODE[o.mode] if o.mode else pb.JUDGE_MODE_UNSPECIFIED,
+                           include_judgment=o.include_judgment, include_similarity=o.include_similarity,
+                           timeout_ms=o.timeout_ms)
+
+
+def options_from_pb(o: pb.ScoreOptions, field: str) -> ScoreOptions:
+    """Raises :class:`InvalidArgument` for an unknown mode."""
+    if o.mode != pb.JUDGE_MODE_UNSPECIFIED and o.mode not in _MODE_BACK:
+        raise InvalidArgument(f"unknown judge mode {o.mode}", f"{field}.mode")
+    return ScoreOptions(mode=_MODE_BACK.get(o.mode), include_judgment=o.include_judgment,
+                        include_similarity=o.include_similarity if o.HasField("include_similarity") else True,
+                        timeout_ms=o.timeout_ms)
+
+
 def group_request_to_pb(req: GroupRequest) -> pb.ScoreGroupRequest:
-    o = req.options
-    options = pb.ScoreOptions(mode=_MODE[o.mode] if o.mode else pb.JUDGE_MODE_UNSPECIFIED,
-                              include_judgment=o.include_judgment, include_similarity=o.include_similarity,
-                              timeout_ms=o.timeout_ms)
     msg = pb.ScoreGroupRequest(history=[pb.Turn(role=_ROLE[t.role], text=t.text) for t in req.history],
-                               candidates=list(req.candidates), options=options)
+                               candidates=list(req.candidates), options=options_to_pb(req.options))
     if req.reference is not None:
         msg.reference = req.reference
     return msg
@@ -59,14 +70,8 @@ def group_request_from_pb(msg: pb.ScoreGroupRequest, prefix: str = "") -> GroupR
             raise InvalidArgument(f"role must be ROLE_SEEKER or ROLE_SUPPORTER (got {t.role})",
                                   f"{prefix}history[{i}].role")
         history.append(Turn(_ROLE_BACK[t.role], t.text))
-    o = msg.options
-    if o.mode != pb.JUDGE_MODE_UNSPECIFIED and o.mode not in _MODE_BACK:
-        raise InvalidArgument(f"unknown judge mode {o.mode}", f"{prefix}options.mode")
-    options = ScoreOptions(mode=_MODE_BACK.get(o.mode), include_judgment=o.include_judgment,
-                           include_similarity=o.include_similarity if o.HasField("include_similarity") else True,
-                           timeout_ms=o.timeout_ms)
     return GroupRequest(history=history, reference=msg.reference if msg.HasField("reference") else None,
-                        candidates=list(msg.candidates), options=options)
+                        candidates=list(msg.candidates), options=options_from_pb(msg.options, f"{prefix}options"))
 
 
 # ---- responses ------------------------------------------------------------------------------------------------
@@ -96,13 +101,20 @@ def _opt(value: float | None) -> pb.OptionalDouble:
     return pb.OptionalDouble() if value is None else pb.OptionalDouble(value=value)
 
 
+def _step_to_pb(s: StepResult) -> pb.StepResult:
+    return pb.StepResult(valid=s.valid, judged=s.judged, **({} if s.verdict is None else {"verdict": s.verdict}))
+
+
+def _step_from_pb(s: pb.StepResult) -> StepResult:
+    return StepResult(verdict=s.verdict if s.HasField("verdict") else None, valid=s.valid, judged=s.judged)
+
+
 def candidate_to_pb(r: CandidateResult) -> pb.CandidateResult:
     msg = pb.CandidateResult(
         status=_STATUS[r.status],
-        steps=[pb.StepResult(valid=s.valid, judged=s.judged, **({} if s.verdict is None else {"verdict": s.verdict}))
-               for s in r.steps],
+        steps=[_step_to_pb(s) for s in r.steps],
         format=pb.FormatResult(ok=r.format.ok, missing=r.format.missing),
-        rewards=pb.Rewards(steps=[_opt(v) for v in r.rewards.steps], format=r.rewards.format),
+        rewards=pb.Rewards(steps=[_opt(v) for v in r.rewards.steps]),
         judgment=r.judgment or [],
         cache_hit=r.cache_hit,
     )
@@ -114,6 +126,12 @@ def candidate_to_pb(r: CandidateResult) -> pb.CandidateResult:
         msg.rewards.preference = r.rewards.preference
     if r.rewards.total is not None:
         msg.rewards.total = r.rewards.total
+    if r.rewards.format is not None:
+        msg.rewards.format = r.rewards.format
+    if r.rewards.reply is not None:
+        msg.rewards.reply = r.rewards.reply
+    if r.reply is not None:
+        msg.reply.CopyFrom(_step_to_pb(r.reply))
     if r.similarity is not None:
         msg.similarity.CopyFrom(pb.Similarity(s_in=r.similarity.s_in, s_hi=r.similarity.s_hi))
     if r.error is not None:
@@ -128,18 +146,19 @@ def candidate_from_pb(m: pb.CandidateResult, include_judgment: bool = True) -> C
                                 judged=m.preference.judged)
     return CandidateResult(
         status=_STATUS_BACK[m.status],
-        steps=[StepResult(verdict=s.verdict if s.HasField("verdict") else None, valid=s.valid, judged=s.judged)
-               for s in m.steps],
+        steps=[_step_from_pb(s) for s in m.steps],
         preference=pref,
         format=FormatResult(ok=m.format.ok, missing=list(m.format.missing)),
         rewards=Rewards(steps=[v.value if v.HasField("value") else None for v in m.rewards.steps],
                         preference=m.rewards.preference if m.rewards.HasField("preference") else None,
-                        format=m.rewards.format,
-                        total=m.rewards.total if m.rewards.HasField("total") else None),
+                        format=m.rewards.format if m.rewards.HasField("format") else None,
+                        total=m.rewards.total if m.rewards.HasField("total") else None,
+                        reply=m.rewards.reply if m.rewards.HasField("reply") else None),
         similarity=Similarity(m.similarity.s_in, m.similarity.s_hi) if m.HasField("similarity") else None,
         judgment=list(m.judgment) if m.judgment else None,
         cache_hit=m.cache_hit,
         error=error_from_pb(m.error) if m.HasField("error") else None,
+        reply=_step_from_pb(m.reply) if m.HasField("reply") else None,
     )
 
 
@@ -189,7 +208,8 @@ def info_to_pb(info: InfoResponse) -> pb.InfoResponse:
                           default_mode=_MODE[info.default_mode],
                           limits=pb.Limits(max_candidates=L.max_candidates, max_groups=L.max_groups,
                                            max_history_turns=L.max_history_turns, max_text_chars=L.max_text_chars,
-                                           max_timeout_ms=L.max_timeout_ms),
+                                           max_timeout_ms=L.max_timeout_ms,
+                                           max_dialogue_turns=L.max_dialogue_turns, max_queries=L.max_queries),
                           sampling=_sampling_to_pb(info.sampling), version=info.version, cache=info.cache,
                           embedding_model=info.embedding_model)
     if info.adapter is not None:
@@ -203,6 +223,6 @@ def info_from_pb(m: pb.InfoResponse) -> InfoResponse:
                         backend=m.backend, template_version=m.template_version,
                         modes=[_MODE_BACK[x] for x in m.modes], default_mode=_MODE_BACK[m.default_mode],
                         limits=Limits(L.max_candidates, L.max_groups, L.max_history_turns, L.max_text_chars,
-                                      L.max_timeout_ms),
+                                      L.max_timeout_ms, L.max_dialogue_turns, L.max_queries),
                         sampling=_sampling_from_pb(m.sampling), version=m.version, cache=m.cache,
                         embedding_model=m.embedding_model)

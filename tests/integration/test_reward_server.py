@@ -157,3 +157,66 @@ async def test_the_default_is_the_trained_judge_and_its_reward_separates(reward_
         wins = sum(p > n for p, n in pairs)
         losses = sum(p < n for p, n in pairs)
         assert wins > losses and sum(p for p, _ in pairs) > sum(n for _, n in pairs), (kind, pairs)
+
+
+async def test_typed_contract_and_wrong_types_on_the_real_server(reward_server: RunningServer) -> None:
+    """The HTTP contract is served, a wrong JSON type is a 422 naming the field (issue 14: was a 500), and bytes
+    that are no request message are INVALID_ARGUMENT over gRPC (was UNKNOWN); the server stays ready."""
+    bad_role = dict(EXAMPLE, history=[{"role": ["seeker"], "text": "hi"}])
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=30) as http:
+        spec = (await http.get("/openapi.json")).json()
+        assert {"/v1/score", "/v1/score:batch", "/v1/info"} <= set(spec["paths"])
+        assert "ScoreGroupRequest" in spec["components"]["schemas"]
+        r = await http.post("/v1/score", json=bad_role)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "history[0].role"
+    async with grpc.aio.insecure_channel(reward_server.grpc_address) as channel:
+        call = channel.unary_unary("/compeer.reward.v1.RewardService/ScoreGroup",
+                                   request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await call(b"\x1a\x02\xff\xfe", timeout=30)
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=30) as http:
+        assert (await http.get("/readyz")).status_code == 200
+
+
+async def test_dialogue_get_reward_and_verl_on_the_real_server(reward_server: RunningServer) -> None:
+    """A dialogue with 3 supporter turns (two plain replies, one CER turn) over HTTP and gRPC; then the CER turn again as
+    OpenRLHF's /get_reward sends it (prompt from the policy tokenizer's own chat template) and as veRL's reward
+    function asks for it: the same judgment (the Redis cache answers, so the judge runs once)."""
+    from transformers import AutoTokenizer
+
+    from cer.dialogue import Turn
+    from cer.policy_prompt import policy_messages
+    from judge.model_store import resolve_model
+    from reward_server import verl
+    from reward_server.http.dialogues import dialogue_request
+
+    history = EXAMPLE["history"]
+    turns = [*history, {"role": "supporter", "text": EXAMPLE["candidates"][0], "reference": EXAMPLE["reference"]},
+             {"role": "seeker", "text": "Yes. I keep thinking I'm a failure."},
+             {"role": "supporter", "text": "You are not a failure; failing a test hurts, and you can try again."}]
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=600) as http:
+        res = (await http.post("/v1/dialogues:score", json={"turns": turns})).json()
+        assert [(t["index"], t["mode"], t["status"]) for t in res["turns"]] == [
+            (1, "reply", "ok"), (3, "unified", "ok"), (5, "reply", "ok")]
+        totals = [t["rewards"]["total"] for t in res["turns"]]
+        cer_total = totals[1]
+        assert [t["rewards"]["reply"] for t in res["turns"]] == [totals[0], None, totals[2]]
+        assert totals[0] in (1.0, -1.0) and totals[2] in (1.0, -1.0) and res["turns"][2]["steps"] == []
+        assert res["aggregate"]["scored"] == 3 and res["aggregate"]["min_total"] == min(totals)
+        async with RewardClient([reward_server.grpc_address], timeout_s=300) as client:
+            via_grpc = await client.score_dialogue(dialogue_request({"turns": turns}))
+        assert [t.result.rewards.total for t in via_grpc.turns] == totals
+        assert all(t.result.cache_hit for t in via_grpc.turns)
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("default").path)
+        prompt = tokenizer.apply_chat_template(policy_messages([Turn.from_dict(t) for t in history]), tokenize=False,
+                                               add_generation_prompt=True)
+        body = {"query": [prompt + EXAMPLE["candidates"][0] + "<|im_end|>"], "prompts": [prompt],
+                "labels": [EXAMPLE["reference"]]}
+        out = (await http.post("/get_reward", json=body)).json()
+    assert out["rewards"] == [cer_total] and out["statuses"] == ["ok"] and out["extra_logs"]["compeer_scored"] == [1.0]
+    score = await asyncio.to_thread(verl.compute_score, data_source="esconv", solution_str=EXAMPLE["candidates"][0],
+                                    ground_truth=EXAMPLE["reference"], extra_info={"history": history},
+                                    url=reward_server.http_url)
+    assert score == cer_total

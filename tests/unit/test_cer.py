@@ -78,6 +78,17 @@ def test_reward_rules() -> None:
     assert rewards.total_reward([1, None, 1]) is None
 
 
+def test_reply_mode_rewards_and_total_ranges() -> None:
+    from cer.modes import JudgeMode
+
+    reply_only = parse("<response>That sounds hard.</response>")
+    r = rewards.candidate_rewards(reply_only, JudgeMode.REPLY, [], None, reply=False)
+    assert (r.steps, r.preference, r.format, r.reply, r.total) == ([], None, None, -1.0, -1.0)
+    assert rewards.candidate_rewards(reply_only, JudgeMode.REPLY, [], None, reply=None).total is None
+    assert rewards.candidate_rewards(parse("no tags"), JudgeMode.REPLY, [], None, reply=True).total == -1.0
+    assert [rewards.total_range(m) for m in JudgeMode] == [(-5, 5), (-5, 5), (-4, 4), (-2, 2), (-1, 1)]
+
+
 def test_taxonomy_aliases() -> None:
     tax = load_taxonomy()
     assert len(tax.names) == 8

@@ -21,7 +21,7 @@ from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.errors import ERROR_TABLE, ErrorCode
 from reward_server.grpc import convert
-from reward_server.grpc.servicer import RewardServicer
+from reward_server.grpc.servicer import RewardServicer, add_to_server
 from reward_server.http.app import create_app
 from reward_server.http.convert import group_from_json
 from reward_server.metrics import Metrics
@@ -55,16 +55,17 @@ class Service:
 
 
 async def make_service(responder: Any = None, *, delay: float = 0.0, start: bool = True, cache: Any = None,
-                       **judge: Any) -> AsyncIterator[Service]:
+                       server: dict[str, Any] | None = None, **judge: Any) -> AsyncIterator[Service]:
     engine = FakeEngine(responder or scripted_judge(), delay=delay,
                         config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"))
-    config = ServerConfig(engine=engine.config, judge=JudgeSettings(**judge))  # fake backend: not validated
+    # fake backend: not validated; ``server``: other ServerConfig fields
+    config = ServerConfig(engine=engine.config, judge=JudgeSettings(**judge), **(server or {}))
     metrics = Metrics()
     core = RewardCore(config, engine, FakeHashEmbedder(), cache or MemoryCache(), metrics)
     if start:
         await core.start()
     server = grpc.aio.server()
-    pb_grpc.add_RewardServiceServicer_to_server(RewardServicer(core), server)
+    add_to_server(RewardServicer(core), server)
     port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -93,7 +94,7 @@ async def test_group_scored_identically_over_both_fronts(svc: Service) -> None:
     for h, g in zip(http_json["results"], grpc_json["results"]):
         assert h["status"] == g["status"] == "ok"
         assert h["rewards"] == g["rewards"] == {"steps": [1.0, 1.0, 1.0], "preference": 1.0, "format": 1.0,
-                                                 "total": 5.0}
+                                                 "reply": None, "total": 5.0}
         assert h["steps"] == g["steps"]
         assert h["preference"] == g["preference"] == {"verdict": "second", "valid": True, "judged": True}
         assert h["similarity"] is not None and g["similarity"] is not None
@@ -126,7 +127,8 @@ async def test_missing_parts_count_as_failed_and_are_not_judged(svc: Service) ->
     res = (await svc.http.post("/v1/score", json=body([no_emotion]))).json()["results"][0]
     assert res["format"] == {"ok": False, "missing": ["emotion"]}
     assert res["steps"][1] == {"verdict": None, "valid": True, "judged": False}
-    assert res["rewards"] == {"steps": [1.0, -1.0, 1.0], "preference": 1.0, "format": -1.0, "total": 1.0}
+    assert res["rewards"] == {"steps": [1.0, -1.0, 1.0], "preference": 1.0, "format": -1.0, "reply": None,
+                              "total": 1.0}
     assert len(svc.engine.calls) == 3  # the missing step got no round
 
 
@@ -275,10 +277,11 @@ async def test_modes(svc: Service) -> None:
     # prm needs no reference
     r = await svc.http.post("/v1/score", json={"history": HISTORY, "candidates": [GOOD], "options": {"mode": "prm"}})
     assert r.status_code == 200
-    # the judge protocol's point-wise reply mode has no ScoreGroup result shape: refused by name, not half-served
-    r = await svc.http.post("/v1/score", json=body([GOOD], mode="reply"))
-    assert r.status_code == 422 and r.json()["error"]["field"] == "options.mode"
-    assert "unified" in r.json()["error"]["message"]
+    # mode reply needs a template with a reply round: v1 has none, so a server on it refuses the mode by name
+    async for old in make_service(server={"template": "unifireward-v1"}):
+        r = await old.http.post("/v1/score", json=body([GOOD], mode="reply"))
+        assert r.status_code == 422 and r.json()["error"]["field"] == "options.mode"
+        assert "unified" in r.json()["error"]["message"] and "reply" not in (await old.http.get("/v1/info")).json()["modes"]
 
 
 async def test_similarities_use_the_reply_part(svc: Service) -> None:
@@ -294,7 +297,7 @@ async def test_info_over_both_fronts(svc: Service) -> None:
     g = convert.info_from_pb(await svc.stub.Info(pb.InfoRequest())).to_json()
     assert h == g
     assert h["limits"]["max_candidates"] == 64 and "unified" in h["modes"] and h["cache"] == "memory"
-    assert "reply" not in h["modes"]
+    assert "reply" in h["modes"] and h["limits"]["max_dialogue_turns"] == 65
 
 
 async def test_redis_cache_real_and_down(redis_url: str) -> None:

@@ -88,8 +88,8 @@ def test_bad_values_are_refused_naming_the_setting(clean_env: pytest.MonkeyPatch
     assert "expected one of auto, cpu" in capsys.readouterr().err
     with pytest.raises(ValueError, match="grammar_threads 0: expected an integer >= 1"):
         config_from_args(make_parser().parse_args(["serve", "--grammar-threads", "0"]))
-    with pytest.raises(ValueError, match="max_in_flight_groups 0"):
-        config_from_args(make_parser().parse_args(["serve", "--max-in-flight-groups", "0"]))
+    with pytest.raises(ValueError, match="max_in_flight_groups -1"):
+        config_from_args(make_parser().parse_args(["serve", "--max-in-flight-groups", "-1"]))
     assert config_from_args(make_parser().parse_args(["serve", "--log-level", "debug"])).log_level == "debug"
     with pytest.raises(ValueError, match="log_level 'loud'"):
         config_from_args(make_parser().parse_args(["serve", "--log-level", "loud"]))

@@ -1,0 +1,69 @@
+"""HTTP routes of dialogue scoring (``POST /v1/dialogues:score``) and OpenRLHF's ``POST /get_reward``: typed request
+and response models (pydantic), converted to the neutral types and handed to the transport-neutral functions
+(:func:`reward_server.dialogue.score_dialogue`, :func:`reward_server.get_reward.get_reward`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, StrictStr
+
+from cer.modes import JudgeMode
+from reward_server.core import RewardCore
+from reward_server.dialogue import DialogueRequest, DialogueTurn, score_dialogue
+from reward_server.get_reward import get_reward
+from reward_server.http import models
+from reward_server.http.convert import parse_json
+from reward_server.types import ScoreOptions
+
+Handler = Callable[[str, Request, Callable[[Any], Awaitable[dict[str, Any]]]], Awaitable[Response]]
+
+
+class GetRewardIn(BaseModel):
+    """OpenRLHF's body; keys it may add later are ignored."""
+
+    query: list[StrictStr]
+    prompts: list[StrictStr | None] | None = None
+    labels: list[Any] | None = None
+
+
+class GetRewardOut(BaseModel):
+    rewards: list[float]
+    scores: list[float]
+    extra_logs: dict[str, list[float]]
+    statuses: list[str]
+    errors: dict[str, str]
+
+
+def dialogue_request(body: Any) -> DialogueRequest:
+    """The neutral request of a ``/v1/dialogues:score`` body."""
+    d = parse_json(models.ScoreDialogueRequest, body)
+    o = d.options or models.ScoreOptions()
+    return DialogueRequest(turns=[DialogueTurn(t.role, t.text, t.reference) for t in d.turns],
+                           options=ScoreOptions(mode=None if o.mode is None else JudgeMode(o.mode),
+                                                include_judgment=o.include_judgment,
+                                                include_similarity=o.include_similarity, timeout_ms=o.timeout_ms))
+
+
+def add_dialogue_routes(app: FastAPI, core: RewardCore, handle: Handler) -> None:
+    """Register ``POST /v1/dialogues:score`` and ``POST /get_reward`` on ``app``."""
+
+    @app.post("/v1/dialogues:score", response_model=models.ScoreDialogueResponse, responses=models.ERROR_RESPONSES,
+              openapi_extra=models.body_schema(models.ScoreDialogueRequest))
+    async def dialogues_score(request: Request) -> Response:
+        async def run(body: Any) -> dict[str, Any]:
+            return (await score_dialogue(core, dialogue_request(body))).to_json()
+
+        return await handle("ScoreDialogue", request, run)
+
+    @app.post("/get_reward", response_model=GetRewardOut, responses=models.ERROR_RESPONSES,
+              openapi_extra=models.body_schema(GetRewardIn))
+    async def openrlhf_get_reward(request: Request) -> Response:
+        async def run(body: Any) -> dict[str, Any]:
+            parsed = parse_json(GetRewardIn, body)
+            return await get_reward(core, parsed.model_dump())
+
+        return await handle("GetReward", request, run)
