@@ -235,7 +235,8 @@ def _gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
         secs = f", {a['seconds']:.0f} s" if "seconds" in a else ""
         restarts = state.get("restarts", {}).get(name)
         again = f", resumed {restarts} time(s) after a crash" if restarts else ""
-        lines.append(f"- arm ({name}): {a.get('status')}, step {a.get('step')}/{a.get('max_steps')}{secs}{again}")
+        step = f"step {a['step']}/{a.get('max_steps')}" if a.get("step") is not None else f"{a.get('max_steps')} steps"
+        lines.append(f"- arm ({name}): {a.get('status')}, {step}{secs}{again}")
     for name, e in sorted(state.get("eval", {}).items()):
         lines.append(f"- evaluation of {name}: {e}")
     if gpu_log is not None and gpu_log.exists():
