@@ -6,7 +6,10 @@
 #   stage    carry .gpu-policy/c2: the other GGUF parts
 #   bench    carry .gpu-policy/c3 + compeer: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
-#   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (transformers backend, cuda; --static-cache
+#   prepare  (no carry; tools/gpu/vllm_judge.sh stage calls it) the preparation below alone
+#   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (--backend $JUDGE_BACKEND: transformers, the
+#            GPU default until the figures of docs/gpu.md say otherwise, or vllm once tools/gpu/vllm_judge.sh install
+#            put vLLM in /tmp/vsite, with --rationale-bound $JUDGE_RATIONALE_BOUND when set; cuda; --static-cache
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --no-line-bound when
 #            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
@@ -49,7 +52,14 @@ print("MiniLM dequantised:", len(out), "tensors")
 PY
 }
 
-case "${1:?install|stage|bench|run}" in
+# the judge's engine on the GPU (one setting; issue 16 decides it from docs/gpu.md's figures)
+JUDGE_BACKEND=${JUDGE_BACKEND:-transformers}
+[ "$JUDGE_BACKEND" = vllm ] && export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+
+case "${1:?install|stage|prepare|bench|run}" in
+prepare)
+  prepare || exit 1
+  ;;
 install)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu-policy/c1/whl/*.whl || exit 1
@@ -74,7 +84,7 @@ bench)
 run)
   T0=$(date +%s)
   prepare || exit 1
-  SERVE_ARGS=(serve --backend transformers --model /tmp/smollm2 --device cuda --embedding-model "$S"/minilm-q8
+  SERVE_ARGS=(serve --backend "$JUDGE_BACKEND" --model /tmp/smollm2 --device cuda --embedding-model "$S"/minilm-q8
               --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
   [ "${JUDGE_STATIC_CACHE:-false}" = true ] && SERVE_ARGS+=(--static-cache)
   [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && SERVE_ARGS+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
@@ -82,6 +92,7 @@ run)
   [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && SERVE_ARGS+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
   [ "${JUDGE_LINE_BOUND:-true}" = false ] && SERVE_ARGS+=(--no-line-bound)
   [ -n "${JUDGE_ADAPTER:-}" ] && SERVE_ARGS+=(--adapter "$JUDGE_ADAPTER")
+  [ -n "${JUDGE_RATIONALE_BOUND:-}" ] && SERVE_ARGS+=(--rationale-bound "$JUDGE_RATIONALE_BOUND")
   # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores
   TOKENIZERS_PARALLELISM=true python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!
