@@ -214,13 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"model": ref.model_id, "adapter": ref.adapter, "device": args.device,
                                "groups": args.groups, "group_size": args.group_size,
                                "score_groups": args.score_groups, "steps": args.steps, "configs": names}
-    try:
-        import torch
-
-        if args.device.startswith("cuda") and torch.cuda.is_available():
-            results["card"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
     # vLLM first: its engine core is a child process, the transformers engine then takes the device in this one
     for name in sorted(names, key=lambda n: CONFIGS[n][0] != "vllm"):
         print(f"--- {name}", flush=True)
@@ -239,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         rows += [(k, v, "") for k, v in f.items() if k in ("answers_cut_at_overlong_line",)]
         if "launch_bound" in f:
             rows += [(f"launch_bound.{k}", v, "") for k, v in f["launch_bound"].items()]
-        print_table(f"{name} ({results.get('card', args.device)})", rows)
+        print_table(f"{name} ({args.device})", rows)
+    if args.device.startswith("cuda"):  # asked only now: CUDA in this process before vLLM forces spawned workers
+        import torch
+
+        results["card"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
     ok = {n: results[n] for n in names if "failed" not in results[n]}
     found = ratios(ok, names)
     results["ratios"] = dict(found)
@@ -248,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("judge_engines_gpu", results)
     if args.out:
         Path(args.out).write_text(json.dumps(json.loads(path.read_text()), indent=2))
-    print("wrote", path, *( [args.out] if args.out else []))
+    print("card:", results.get("card", args.device), "| wrote", path, *([args.out] if args.out else []))
     return 0 if len(ok) == len(names) else 1
 
 
