@@ -2,7 +2,7 @@
 # The judge on vLLM on a lent GPU machine (issue 16): install vLLM 0.26.0, prepare the default judge, benchmark both
 # engines in one run on one card (bench/judge_engines_gpu.py), serve a ScoreBatch on vLLM. No registry, no hub there;
 # 64 MiB per call with the tree (~13 MB). Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (other GGUF parts), c3 (MiniLM)
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels, GGUF part 00), c2 (parts 01, 02), c3 (MiniLM, part 03)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
 #   install  carry ONE staging folder a call (.gpu-vllm/pK or .gpu-policy/cK): copies or installs what it carries;
@@ -67,17 +67,18 @@ install)
   [ -d .gpu-policy/c1 ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
   [ -d .gpu-policy/c2 ] && [ ! -f "$S"/.c2 ] && { bash tools/gpu/device_evidence.sh stage > /dev/null && touch "$S"/.c2 \
     || exit 1; echo "copied .gpu-policy/c2"; }
-  [ -d .gpu-policy/c3 ] && [ ! -f "$S"/minilm-q8.tar.xz ] && { cp .gpu-policy/c3/minilm-q8.tar.xz "$S"/ || exit 1
-    echo "copied .gpu-policy/c3"; }
+  [ -d .gpu-policy/c3 ] && [ ! -f "$S"/minilm-q8.tar.xz ] && {
+    cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1; echo "copied .gpu-policy/c3"; }
   install_vllm || exit 1
   [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels, GGUF part 00)"
-  [ -f "$S"/.c2 ] || echo "still missing: .gpu-policy/c2 (the other GGUF parts)"
-  [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c3 (MiniLM)"
+  [ -f "$S"/.c2 ] || echo "still missing: .gpu-policy/c2 (GGUF parts 01 and 02)"
+  [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c3 (MiniLM, GGUF part 03)"
   true
   ;;
 stage)
   [ -f /tmp/vsite/.compeer-vllm ] || { echo "vLLM is not installed yet (install with every .gpu-vllm part)" >&2; exit 1; }
   if [ ! -f "$COMPEER_DEFAULT_GGUF" ]; then
+    ls "$S"/gguf.part-0{0,1,2,3} > /dev/null || { echo "a GGUF part is missing: install .gpu-policy/c1..c3" >&2; exit 1; }
     cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
   fi
   echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
