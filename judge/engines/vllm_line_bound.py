@@ -82,9 +82,15 @@ class LineBoundLogitsProcessor(_processor_base()):  # type: ignore[misc]
                     self.rows[b] = ra
                 if rb is not None and direction.name == "SWAP":
                     self.rows[a] = rb
+        self._advance()
+
+    def _advance(self) -> None:
+        """Count each row's output tokens not yet counted into its current line. Under async scheduling the last
+        token may still be a placeholder (-1) in ``update_state``; vLLM fills it in before sampling, so ``apply``
+        counts again."""
         for row in self.rows.values():
             output = row[3]
-            while row[2] < len(output) and output[row[2]] >= 0:  # -1: an async-scheduling placeholder
+            while row[2] < len(output) and output[row[2]] >= 0:
                 t = output[row[2]]
                 if 0 <= t < len(self.table.tail):
                     tail = self.table.tail[t]
@@ -94,6 +100,7 @@ class LineBoundLogitsProcessor(_processor_base()):  # type: ignore[misc]
     def apply(self, logits: Any) -> Any:
         import torch
 
+        self._advance()
         tight = [(i, row[0] - row[1]) for i, row in self.rows.items()
                  if row[0] - row[1] < self.table.longest and i < logits.shape[0]]
         if not tight:

@@ -139,6 +139,10 @@ def test_processor_follows_the_batch_and_masks_what_would_overflow() -> None:
                                   moved=[(0, 1, MoveDirectionality.SWAP)]))
     logits = proc.apply(torch.zeros(2, vocab))
     assert torch.equal(torch.isinf(logits[1]), head > 2) and not torch.isinf(logits[0]).any()
+    out0.append(-1)  # async scheduling: the token sampled last is a placeholder until just before sampling
+    proc.update_state(None)
+    out0[-1] = tok.encode("e", add_special_tokens=False)[0]
+    assert torch.equal(torch.isinf(proc.apply(torch.zeros(2, vocab))[1]), head > 1)  # apply counts it: 11 of 12
     proc.update_state(BatchUpdate(batch_size=1, removed=[1], added=[], moved=[]))
     assert not proc.rows and PROCESSOR.endswith(":LineBoundLogitsProcessor")
 
