@@ -11,8 +11,9 @@ Workloads (unified mode, every round constrained by the verdict grammar, greedy)
 
 Each configuration starts its own engine (start time reported), runs ``--steps`` fresh sets of each workload (the
 first reported apart as ``first_*_s``, the rest as the median) and reports every candidate's verdicts parsed, the
-generations per round (re-generations after an unparsable answer included), and for vLLM the answers cut at a line
-over the bound. Grammar semantics are the same in every configuration: a one-line rationale of at most
+generations per round (re-generations after an unparsable answer included), tokens a generation, the step time per
+sequential decode position (rounds x tokens a round: comparable with the launch bound below), and for vLLM the
+answers cut at a line over the bound. Grammar semantics are the same in every configuration: a one-line rationale of at most
 ``rationale_max_chars`` characters then the verdict line (``counted``: a counted repetition in the regex;
 ``max_tokens``: an unbounded pattern, an over-long line re-generated; ``line``: vLLM logits processor / the
 transformers engine's line bound).
@@ -104,7 +105,8 @@ async def judge_set(judge: Judge, engine: CountingEngine, n_groups: int, group_s
     rounds = sum(len(j.texts) for j in ok) or 1
     return {"wall_s": wall, "parsed": parsed / len(jobs), "errors": len(judgments) - len(ok),
             "generations_per_round": (engine.generations - g0) / rounds,
-            "tokens": float(engine.output_tokens - t0)}
+            "tokens": float(engine.output_tokens - t0), "generations": float(engine.generations - g0),
+            "rounds_per_candidate": rounds / max(1, len(ok))}
 
 
 async def launch_bound(engine: Engine, rows: int, short: int, long: int) -> dict[str, float]:
@@ -151,6 +153,11 @@ async def run_config(name: str, model_path: str, device: str, args: argparse.Nam
             "generations_per_round": statistics.mean(s["generations_per_round"] for s in steady),
             "tokens_per_s": sum(s["tokens"] for s in steady) / sum(s["wall_s"] for s in steady),
         }
+        # the rounds of a candidate run one after another: a set's critical path is about rounds x tokens a round
+        per_gen = sum(s["tokens"] for s in steady) / max(1.0, sum(s["generations"] for s in steady))
+        path = statistics.mean(s["rounds_per_candidate"] for s in steady) * per_gen
+        figures[w]["tokens_per_generation"] = per_gen
+        figures[w]["ms_per_sequential_position"] = 1000 * figures[w]["median_s"] / max(1.0, path)
     if hasattr(engine.inner, "overlong_lines"):
         figures["answers_cut_at_overlong_line"] = engine.inner.overlong_lines
     if args.launch_bound and CONFIGS[name][0] == "vllm" and "launch_bound" not in args.done:
