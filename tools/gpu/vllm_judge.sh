@@ -14,8 +14,10 @@
 #            up to CALL_BUDGET_S (default 540) for it; copies its JSON and log to $OUT
 #   wait     (no carry) waits again for a bench still running; copies what is there
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
-#            --rationale-bound $RATIONALE_BOUND, default line) and one ScoreBatch of examples/group.json x
-#            SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server log and the replies' summary to $OUT
+#            --rationale-bound $RATIONALE_BOUND, default counted: the fastest on the H200, docs/gpu.md) and one
+#            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
+#            log and the replies' summary to $OUT. Carry "compeer" (the generated gRPC code the server imports); a
+#            server that exits before it is ready fails the call at once with its log's tail
 set -uo pipefail
 S=/tmp/cp-stage V=/tmp/cp-vllm B=/tmp/vllm-bench
 mkdir -p "$S" "$V" "$B"
@@ -86,9 +88,10 @@ stage)
   python3 -m judge.model_store bfloat16 || exit 1   # the default judge: the shipped adapter merged, once
   bash tools/gpu/device_evidence.sh prepare || exit 1  # /tmp/smollm2 (the policy's base) and MiniLM
   nvidia-smi -L
-  python3 -c 'import time; t = time.time(); import vllm, torch, transformers, xgrammar
-print(f"vllm {vllm.__version__} torch {torch.__version__} transformers {transformers.__version__} "
-      f"xgrammar {xgrammar.__version__}; import {time.time() - t:.1f} s")' || exit 1
+  # versions from the installed metadata: xgrammar has no __version__
+  python3 -c 'import time, importlib.metadata as md; t = time.time(); import vllm, torch, transformers, xgrammar
+print(" ".join(f"{n} {md.version(n)}" for n in ("vllm", "torch", "transformers", "xgrammar")),
+      f"; import {time.time() - t:.1f} s")' || exit 1
   ;;
 bench)
   rm -f $B/DONE
@@ -101,23 +104,16 @@ wait)
   wait_bench
   ;;
 serve)
+  [ -f compeer/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer\"" >&2; exit 1; }
   python3 -m reward_server.cli serve --backend vllm --device cuda --model default \
-    --rationale-bound "${RATIONALE_BOUND:-line}" --embedding-model "$S"/minilm-q8 --cache off \
+    --rationale-bound "${RATIONALE_BOUND:-counted}" --embedding-model "$S"/minilm-q8 --cache off \
     --host 127.0.0.1 --grpc-port 50051 --http-port 8000 > "$OUT"/server.log 2>&1 &
   SERVER=$!
-  python3 - "${SCORE_GROUPS:-64}" <<'PY' > "$OUT"/score_batch.txt 2>&1
+  # fails fast, with the log's tail, when the server exits before it is ready
+  python3 tools/gpu/wait_ready.py http://127.0.0.1:8000/readyz "$SERVER" "$OUT"/server.log 300 > "$OUT"/score_batch.txt 2>&1 \
+  && python3 - "${SCORE_GROUPS:-64}" <<'PY' >> "$OUT"/score_batch.txt 2>&1
 import json, sys, time, httpx
-t0 = time.time()
-while time.time() - t0 < 300:
-    try:
-        if httpx.get("http://127.0.0.1:8000/readyz", timeout=2).status_code == 200:
-            break
-    except httpx.HTTPError:
-        pass
-    time.sleep(1)
-else:
-    raise SystemExit("reward server not ready after 300 s")
-print(f"ready after {time.time() - t0:.0f} s;", httpx.get("http://127.0.0.1:8000/v1/info").text)
+print(httpx.get("http://127.0.0.1:8000/v1/info").text)
 group = json.load(open("examples/group.json"))
 n = int(sys.argv[1])
 for name in ("cold", "warm"):  # warm: the same groups again (prefix cache; no result cache: --cache off)
@@ -133,7 +129,7 @@ for name in ("cold", "warm"):  # warm: the same groups again (prefix cache; no r
           f" first group: {json.dumps(groups[0])[:600]}")
 PY
   rc=$?
-  kill -TERM "$SERVER"; wait "$SERVER"
+  kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER"
   cat "$OUT"/score_batch.txt; grep -E "ERROR|Traceback|ready" "$OUT"/server.log | tail -20
   exit $rc
   ;;
