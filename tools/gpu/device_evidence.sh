@@ -14,7 +14,8 @@
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --no-line-bound when
 #            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
-#            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all)
+#            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all; TRAIN_ARGS:
+#            more policy_trainer options, e.g. TRL's vLLM generation, docs/gpu.md)
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -123,7 +124,8 @@ run)
   timeout "$BUDGET" python3 -m policy_trainer.cli grpo --config gpu-paper \
     --policy-model /tmp/smollm2 --reward-server 127.0.0.1:50051 --out /tmp/run --max-steps "${STEPS:-24}" \
     --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \
-    --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true > "$OUT"/train.log 2>&1
+    --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true \
+    ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
   echo "train exit $?"
   cp /tmp/run/metrics.jsonl "$OUT"/ 2>/dev/null
   cp /tmp/run/summary.json "$OUT"/ 2>/dev/null
