@@ -134,13 +134,21 @@ async def launch_bound(engine: Engine, rows: int, short: int, long: int) -> dict
             "ms_per_position": 1000 * (t_long - t_short) / (long - short)}
 
 
+def bound_of(name: str, engine: Engine) -> dict[str, Any]:
+    """How the configuration bounds the rationale: ``rationale_bound`` (``counted``: in the regex; ``max_tokens``: not
+    while decoding, an over-long line cut after it and re-generated; ``line``: while decoding) and whether the bound
+    is enforced while decoding (``max_tokens`` takes ``max_line_chars`` but only checks it after generation)."""
+    backend, fields = CONFIGS[name]
+    bound = fields["rationale_bound"] if backend == "vllm" else ("line" if engine.supports_line_bound else "counted")
+    return {"rationale_bound": bound, "bound_while_decoding": bound in ("counted", "line")}
+
+
 async def run_config(name: str, model_path: str, device: str, args: argparse.Namespace) -> dict[str, Any]:
     """Start one engine, run every workload ``args.steps`` times, stop it."""
     engine = CountingEngine(create_engine(engine_config(name, model_path, device, args)))
     t = time.perf_counter()
     await engine.start()
-    figures: dict[str, Any] = {"start_s": time.perf_counter() - t,
-                               "line_bound_in_engine": engine.supports_line_bound}
+    figures: dict[str, Any] = {"start_s": time.perf_counter() - t, **bound_of(name, engine)}
     judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
     sizes = {"grpo_step": args.groups, "score_batch": args.score_groups}
     for w in WORKLOADS:

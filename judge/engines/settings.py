@@ -37,8 +37,9 @@ class VllmSettings:
     max_lora_rank: int = setting(64, help="the largest LoRA rank an adapter may have")
     rationale_bound: str = setting("counted", choices=RATIONALE_BOUNDS,
                                    help="how the judge's rationale line is bounded: counted (a counted repetition "
-                                        "in the regex), max_tokens (unbounded pattern, max_tokens ends it, an "
-                                        "over-long line is re-generated) or line (a logits processor)")
+                                        "in the regex; the fastest on an H200, docs/gpu.md), max_tokens (unbounded "
+                                        "pattern, max_tokens ends it, an over-long line is re-generated) or line "
+                                        "(a logits processor)")
 
     def __post_init__(self) -> None:
         if self.rationale_bound not in RATIONALE_BOUNDS:
@@ -60,9 +61,6 @@ class TransformersSettings:
     static_cache: bool = setting(
         False, help="on CUDA: static KV cache + torch.compile (75-110 s compile warm-up; see "
                     "docs/reward_server.md)")
-    static_cache_reuse: bool = setting(
-        True, help="every call reuses one static KV cache (off: a new one per call, as "
-                   "cache_implementation='static' does)")
     merge_adapter: bool = setting(True, help="merge LoRA weights into the base for speed")
     grammar_backend: str = setting("xgrammar", choices=tuple(GRAMMAR_BACKENDS),
                                    help="the library that computes the verdict masks")
