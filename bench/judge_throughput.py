@@ -1,11 +1,12 @@
 """Judge throughput of the reward service vs the raw engine and a naive transformers judge, cache-hit latency,
 unified vs single-pass cost, and the server's peak memory. One run, side by side, on this machine.
 
-    python -m bench.judge_throughput [--groups 8] [--group-size 4] [--naive-candidates 2] [--cache-requests 1000]
+    python -m bench.judge_throughput [--groups 8] [--group-size 4] [--naive-candidates 1] [--cache-requests 300]
 
 Order: (1) raw vLLM engine in this process runs the judge conversations of two sets of groups once (warm-up +
 recording) and then replays exactly the recorded generations, timed, set after set; (2) the real server process
-(same engine, Redis cache) judges the same two sets over gRPC, each set's groups sent concurrently; unified vs single-pass on fresh groups; 1,000 cache hits;
+(same engine, Redis cache) judges the same two sets over gRPC, each set's groups sent concurrently; unified vs single-pass on fresh groups; 300 repeats of a candidate judged ok
+(so cached) above;
 (3) a naive judge: transformers ``model.generate`` one request at a time on the recorded prompts.
 Writes bench/results/judge_throughput.json.
 """
@@ -34,7 +35,7 @@ from judge.conversation import Judge
 from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
 from judge.model_store import resolve_model
 from judge.protocol import JudgeSettings, load_template
-from reward_server.types import GroupRequest, ScoreOptions
+from reward_server.types import GroupRequest, ScoreOptions, Status
 
 _TOPICS = ["my exam results", "losing my job", "a fight with my sister", "moving to a new city", "my dog dying",
            "money problems", "feeling lonely at university", "my manager's criticism", "a breakup", "insomnia",
@@ -150,15 +151,18 @@ async def service_phase(address: str, sets: list[list[GroupRequest]], fresh_a: l
     async with RewardClient([address], timeout_s=1800) as client:
         await client.score_group(make_groups(1, 2, seed=999)[0])  # warm-up (compile, grammar)
         wall = 0.0
+        cached: list[GroupRequest] = []  # one-candidate groups whose first judgment was ok: the ones cached
         for groups in sets:
             t = time.perf_counter()
             replies = await asyncio.gather(*(client.score_group(g) for g in groups))
             wall += time.perf_counter() - t
             if any(r.meta.cache_hits for r in replies):
                 raise RuntimeError("throughput groups hit the cache: the benchmark must judge every candidate")
+            cached += [replace(g, candidates=[c]) for g, r in zip(groups, replies)
+                       for c, res in zip(g.candidates, r.results) if res.status is Status.OK]
         out["service_jps"] = sum(len(g.candidates) for groups in sets for g in groups) / wall
         out["load_1min_after_throughput"] = os.getloadavg()[0]
-        groups = sets[0]
+        out["throughput_ok"] = len(cached)
 
         t = time.perf_counter()
         await asyncio.gather(*(client.score_group(g) for g in fresh_a))
@@ -170,16 +174,27 @@ async def service_phase(address: str, sets: list[list[GroupRequest]], fresh_a: l
         n = sum(len(g.candidates) for g in fresh_a)
         out["unified_jps"], out["single_pass_jps"] = n / unified_s, n / single_s
         out["unified_vs_single_pass"] = unified_s / single_s
-
-        hit = replace(groups[0], candidates=groups[0].candidates[:1])
-        lat = []
-        for _ in range(cache_requests):
-            t = time.perf_counter()
-            r = await client.score_group(hit)
-            lat.append((time.perf_counter() - t) * 1000)
-            assert r.results[0].cache_hit, "expected a cache hit"
-        out["cache_hit_p50_ms"], out["cache_hit_p99_ms"] = percentile(lat, 50), percentile(lat, 99)
+        out.update(await cache_hit_latency(client, cached, cache_requests))
     return out
+
+
+async def cache_hit_latency(client: Any, cached: list[GroupRequest], requests: int) -> dict[str, Any]:
+    """Latency of repeating a candidate the service cached. Only ``ok`` judgments are cached, so the repeated
+    candidate is one judged ``ok`` above; when none was (or the repeat missed), the figure is reported as not
+    measured, with the reason, instead of a latency that includes judging."""
+    if not cached:
+        return {"cache_hit_p50_ms": None, "cache_hit_p99_ms": None,
+                "cache_not_measured": "no throughput candidate was judged ok, so none was cached"}
+    hit, lat, misses = cached[0], [], 0
+    for _ in range(requests):
+        t = time.perf_counter()
+        r = await client.score_group(hit)
+        lat.append((time.perf_counter() - t) * 1000)
+        misses += not r.results[0].cache_hit
+    if misses:
+        return {"cache_hit_p50_ms": None, "cache_hit_p99_ms": None,
+                "cache_not_measured": f"{misses} of {requests} repeats of an ok candidate missed the cache"}
+    return {"cache_hit_p50_ms": percentile(lat, 50), "cache_hit_p99_ms": percentile(lat, 99)}
 
 
 def naive_phase(model_path: str, sequences: list[Any], n_candidates: int) -> float:
@@ -199,12 +214,16 @@ def naive_phase(model_path: str, sequences: list[Any], n_candidates: int) -> flo
     return n_candidates / (time.perf_counter() - t)
 
 
+def _or_reason(value: float | None, fig: dict[str, Any]) -> Any:
+    return value if value is not None else f"not measured: {fig['cache_not_measured']}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--groups", type=int, default=8)
     p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--naive-candidates", type=int, default=2)
-    p.add_argument("--cache-requests", type=int, default=1000)
+    p.add_argument("--naive-candidates", type=int, default=1)
+    p.add_argument("--cache-requests", type=int, default=300)
     p.add_argument("--redis-url", default=os.environ.get("COMPEER_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
                    help="a Redis database the benchmark owns (it is flushed); '' for the in-process cache")
     a = p.parse_args(argv)
@@ -233,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         "naive_judgments_per_s": naive_jps,
         "service_vs_engine": svc["service_jps"] / raw_jps, "service_vs_naive": svc["service_jps"] / naive_jps,
         "cache_hit_p50_ms": svc["cache_hit_p50_ms"], "cache_hit_p99_ms": svc["cache_hit_p99_ms"],
-        "cache_requests": a.cache_requests,
+        "cache_requests": a.cache_requests, "cache_not_measured": svc.get("cache_not_measured"),
+        "throughput_candidates_ok": svc["throughput_ok"],
         "unified_judgments_per_s": svc["unified_jps"], "single_pass_judgments_per_s": svc["single_pass_jps"],
         "unified_vs_single_pass": svc["unified_vs_single_pass"], "peak_rss_mb": peak,
         # 1-minute load average right after each timed phase: other work on this 2-core machine skews a phase.
@@ -246,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         ("naive transformers judgments/s", fig["naive_judgments_per_s"], ""),
         ("service_vs_engine", fig["service_vs_engine"], "goal >= 0.9"),
         ("service_vs_naive", fig["service_vs_naive"], "goal >= 5"),
-        ("cache_hit_p50_ms", fig["cache_hit_p50_ms"], "goal < 2"),
-        ("cache_hit_p99_ms", fig["cache_hit_p99_ms"], ""),
+        ("cache_hit_p50_ms", _or_reason(fig["cache_hit_p50_ms"], fig), "goal < 2"),
+        ("cache_hit_p99_ms", _or_reason(fig["cache_hit_p99_ms"], fig), ""),
+        ("throughput candidates judged ok", fig["throughput_candidates_ok"], f"of {2 * a.groups * a.group_size}"),
         ("unified_vs_single_pass (time)", fig["unified_vs_single_pass"], "goal <= 1.1"),
         ("peak_rss_mb (server tree)", fig["peak_rss_mb"], ""),
     ])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 
 BENCHMARKS = ("judge_throughput", "reward_fn_overhead", "data_builder_ingest", "eval_throughput")
 
@@ -17,13 +18,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}", file=sys.stderr)
         return 2
-    failed = []
+    failed, took = [], {}
+    start = time.perf_counter()
     for name in names:
         print(f"\n=== bench.{name} ===", flush=True)
+        t = time.perf_counter()
         code = importlib.import_module(f"bench.{name}").main([])
+        took[name] = time.perf_counter() - t
         if code:
             failed.append(name)
-    print(f"\nresults in bench/results/; failed: {failed or 'none'}")
+    print("\nwall time: " + ", ".join(f"{n} {s / 60:.1f} min" for n, s in took.items())
+          + f"; total {(time.perf_counter() - start) / 60:.1f} min")
+    print(f"results in bench/results/; failed: {failed or 'none'}")
     return 1 if failed else 0
 
 

@@ -26,7 +26,7 @@ from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.embeddings import Embedder, SentenceEmbedder
-from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer
+from reward_server.grpc.servicer import SERVICE_NAME, RewardServicer, add_to_server
 from reward_server.http.app import create_app
 from reward_server.metrics import Metrics
 
@@ -106,9 +106,7 @@ async def serve(config: ServerConfig) -> None:
 
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
                                       ("grpc.max_send_message_length", 256 * 1024 * 1024)])
-    from reward_server.proto import pb_grpc
-
-    pb_grpc.add_RewardServiceServicer_to_server(RewardServicer(core), server)
+    add_to_server(RewardServicer(core), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME, "grpc.health.v1.Health"), server)

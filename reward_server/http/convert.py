@@ -1,76 +1,104 @@
-"""JSON -> neutral request types, with errors that name the field (responses use the types' ``to_json``)."""
+"""JSON -> neutral request types through the pydantic contract (``http/models.py``), with errors that name the
+field path; responses use the neutral types' ``to_json``.
+
+A pydantic validation error becomes the service's one error shape: :class:`InvalidArgument` with the first
+error's field path (``groups[2].history[0].role``) and a message saying what was expected and what came.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
-from cer.dialogue import Role, Turn
+from pydantic import BaseModel, ValidationError
+
+from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from reward_server.errors import InvalidArgument
+from reward_server.http import models
 from reward_server.types import ErrorInfo, GroupRequest, ScoreOptions
 
-_ROLES = ", ".join(r.value for r in Role)
-_MODES = ", ".join(m.value for m in JudgeMode)
+M = TypeVar("M", bound=BaseModel)
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise InvalidArgument(f"expected {what}", field)
-    return value
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def field_path(loc: Sequence[int | str], prefix: str = "") -> str:
+    """``("history", 0, "role")`` -> ``history[0].role`` (after ``prefix``, e.g. ``groups[2].``)."""
+    out = prefix.rstrip(".")
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "body"
+
+
+def invalid_argument(exc: ValidationError | Sequence[Any], prefix: str = "") -> InvalidArgument:
+    """The first error of a pydantic (or FastAPI request) validation as the service's InvalidArgument."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else exc
+    err = errors[0]
+    field = field_path(err["loc"], prefix)
+    kind = err["type"]
+    if kind == "missing":
+        message = f"{field} is required"
+    elif kind == "extra_forbidden":
+        message = "unknown field (see /openapi.json for the request schema)"
+    elif kind == "value_error":  # the contract's own checks (http/models.py) word their message
+        message = str(err.get("ctx", {}).get("error", err["msg"]))
+    elif kind == "json_invalid":
+        message = f"the body is not valid JSON: {err.get('ctx', {}).get('error', err['msg'])}"
+    else:
+        got = err.get("input")
+        shown = repr(got) if kind in ("enum", "literal_error") and isinstance(got, str) and len(got) <= 40 else None
+        message = f"{err['msg']} (got {shown or _json_type(got)})"
+    return InvalidArgument(message, field)
+
+
+def _parse(model: type[M], data: Any, prefix: str = "") -> M:
+    if not isinstance(data, dict):
+        raise InvalidArgument(f"expected a JSON object (got {_json_type(data)})", prefix.rstrip(".") or "body")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_argument(exc, prefix) from None
+
+
+def group_to_neutral(g: models.ScoreGroupRequest) -> GroupRequest:
+    """A validated request model as the core's :class:`GroupRequest`."""
+    o = g.options or models.ScoreOptions()
+    return GroupRequest(history=[Turn(t.role, t.text) for t in g.history], reference=g.reference,
+                        candidates=list(g.candidates),
+                        options=ScoreOptions(mode=None if o.mode is None else JudgeMode(o.mode),
+                                             include_judgment=o.include_judgment,
+                                             include_similarity=o.include_similarity, timeout_ms=o.timeout_ms))
 
 
 def group_from_json(data: Any, prefix: str = "") -> GroupRequest:
     """Parse one group (the body of ``POST /v1/score`` or an entry of ``groups``)."""
-    _expect(data, dict, prefix.rstrip(".") or "body", "a JSON object")
-    unknown = set(data) - {"history", "reference", "candidates", "options"}
-    if unknown:
-        raise InvalidArgument(f"unknown field(s) {sorted(unknown)}", f"{prefix}{min(unknown)}")
-    history = []
-    for i, t in enumerate(_expect(data.get("history", []), list, f"{prefix}history", "a list of turns")):
-        f = f"{prefix}history[{i}]"
-        _expect(t, dict, f, 'an object {"role": ..., "text": ...}')
-        role = t.get("role")
-        if role not in {r.value for r in Role}:
-            raise InvalidArgument(f"role must be one of {_ROLES} (got {role!r})", f"{f}.role")
-        history.append(Turn(Role(role), _expect(t.get("text"), str, f"{f}.text", "a string")))
-    reference = data.get("reference")
-    if reference is not None:
-        _expect(reference, str, f"{prefix}reference", "a string or null")
-    if "candidates" not in data:
-        raise InvalidArgument("candidates is required (a list of CER output strings)", f"{prefix}candidates")
-    candidates = _expect(data["candidates"], list, f"{prefix}candidates", "a list of strings")
-    for i, c in enumerate(candidates):
-        _expect(c, str, f"{prefix}candidates[{i}]", "a string")
-    return GroupRequest(history=history, reference=reference, candidates=list(candidates),
-                        options=options_from_json(data.get("options"), f"{prefix}options"))
-
-
-def options_from_json(data: Any, field: str) -> ScoreOptions:
-    if data is None:
-        return ScoreOptions()
-    _expect(data, dict, field, "an object")
-    unknown = set(data) - {"mode", "include_judgment", "include_similarity", "timeout_ms"}
-    if unknown:
-        raise InvalidArgument(f"unknown option(s) {sorted(unknown)}", f"{field}.{min(unknown)}")
-    mode = data.get("mode")
-    if mode is not None and mode not in {m.value for m in JudgeMode}:
-        raise InvalidArgument(f"mode must be one of {_MODES} (got {mode!r})", f"{field}.mode")
-    return ScoreOptions(
-        mode=JudgeMode(mode) if mode is not None else None,
-        include_judgment=_expect(data.get("include_judgment", False), bool, f"{field}.include_judgment", "a boolean"),
-        include_similarity=_expect(data.get("include_similarity", True), bool, f"{field}.include_similarity",
-                                   "a boolean"),
-        timeout_ms=_expect(data.get("timeout_ms", 0), int, f"{field}.timeout_ms", "an integer (milliseconds)"),
-    )
+    return group_to_neutral(_parse(models.ScoreGroupRequest, data, prefix))
 
 
 def batch_from_json(data: Any) -> list[GroupRequest | ErrorInfo]:
     """Parse the body of ``POST /v1/score:batch``: ``{"groups": [group, ...]}``.
 
-    A malformed group becomes its own error entry; the other groups are still scored.
+    Each group is validated on its own: a malformed group becomes its own error entry; the others are scored.
     """
-    _expect(data, dict, "body", 'a JSON object {"groups": [...]}')
-    groups = _expect(data.get("groups"), list, "groups", "a list of groups")
+    if not isinstance(data, dict):
+        raise InvalidArgument(f'expected a JSON object {{"groups": [...]}} (got {_json_type(data)})', "body")
+    unknown = sorted(set(data) - set(models.ScoreBatchRequest.model_fields))
+    if unknown:
+        raise InvalidArgument("unknown field (see /openapi.json for the request schema)", unknown[0])
+    groups = data.get("groups")
+    if not isinstance(groups, list):
+        raise InvalidArgument(f"expected a list of groups (got {_json_type(groups)})", "groups")
     out: list[GroupRequest | ErrorInfo] = []
     for i, g in enumerate(groups):
         try:

@@ -157,3 +157,23 @@ async def test_the_default_is_the_trained_judge_and_its_reward_separates(reward_
         wins = sum(p > n for p, n in pairs)
         losses = sum(p < n for p, n in pairs)
         assert wins > losses and sum(p for p, _ in pairs) > sum(n for _, n in pairs), (kind, pairs)
+
+
+async def test_typed_contract_and_wrong_types_on_the_real_server(reward_server: RunningServer) -> None:
+    """The HTTP contract is served, a wrong JSON type is a 422 naming the field (issue 14: was a 500), and bytes
+    that are no request message are INVALID_ARGUMENT over gRPC (was UNKNOWN); the server stays ready."""
+    bad_role = dict(EXAMPLE, history=[{"role": ["seeker"], "text": "hi"}])
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=30) as http:
+        spec = (await http.get("/openapi.json")).json()
+        assert {"/v1/score", "/v1/score:batch", "/v1/info"} <= set(spec["paths"])
+        assert "ScoreGroupRequest" in spec["components"]["schemas"]
+        r = await http.post("/v1/score", json=bad_role)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "history[0].role"
+    async with grpc.aio.insecure_channel(reward_server.grpc_address) as channel:
+        call = channel.unary_unary("/compeer.reward.v1.RewardService/ScoreGroup",
+                                   request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await call(b"\x1a\x02\xff\xfe", timeout=30)
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=30) as http:
+        assert (await http.get("/readyz")).status_code == 200

@@ -21,7 +21,7 @@ from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.errors import ERROR_TABLE, ErrorCode
 from reward_server.grpc import convert
-from reward_server.grpc.servicer import RewardServicer
+from reward_server.grpc.servicer import RewardServicer, add_to_server
 from reward_server.http.app import create_app
 from reward_server.http.convert import group_from_json
 from reward_server.metrics import Metrics
@@ -64,7 +64,7 @@ async def make_service(responder: Any = None, *, delay: float = 0.0, start: bool
     if start:
         await core.start()
     server = grpc.aio.server()
-    pb_grpc.add_RewardServiceServicer_to_server(RewardServicer(core), server)
+    add_to_server(RewardServicer(core), server)
     port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -1,0 +1,203 @@
+"""The HTTP contract: pydantic models of every JSON body of the HTTP front, one definition each.
+
+Class names are the proto message names (``proto/compeer/reward/v1/reward.proto``) and the fields are the
+neutral types' (``reward_server/types.py``) ``to_json`` keys; ``tests/unit/test_http_contract.py`` checks both
+agreements field by field. Request models are strict (no coercion: ``"5"`` is not an integer, ``1`` is not a
+boolean) and refuse unknown fields; limits that depend on the server's configuration (candidates per group,
+characters per text, ...) are checked by ``reward_server/validation.py`` for both fronts and reported by
+``GET /v1/info``. Responses are built by the neutral types' ``to_json``; these models describe them in
+``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from cer.dialogue import Role
+from cer.verdicts import Preference
+from reward_server.types import Status
+
+#: The modes ScoreGroup / ScoreBatch serve, by their JSON names (checked against ``types.SCORE_MODES``).
+ScoreMode = Literal["unified", "single_pass", "prm", "orm"]
+
+
+def _unicode(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # JSON may escape a lone surrogate ("\ud800"): no text, no UTF-8
+        raise ValueError(f"not valid Unicode: a lone surrogate at position {exc.start}") from None
+    return text
+
+
+#: A JSON string that is text (protobuf strings are UTF-8 by construction; JSON escapes can break that).
+Text = Annotated[StrictStr, AfterValidator(_unicode)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Response(BaseModel):
+    """Answers may gain fields in later versions: clients should ignore the ones they don't know."""
+
+
+# ---- requests -------------------------------------------------------------------------------------------------
+class Turn(_Request):
+    """One utterance of the conversation."""
+
+    role: Role
+    text: Text = Field(description="non-empty; at most limits.max_text_chars characters")
+
+
+class ScoreOptions(_Request):
+    """Per-request options."""
+
+    mode: ScoreMode | None = Field(default=None, description="null: the server's default mode (GET /v1/info)")
+    include_judgment: StrictBool = Field(default=False, description="return the judge's raw text per round")
+    include_similarity: StrictBool = Field(default=True, description="s_in / s_hi on the reply part")
+    timeout_ms: StrictInt = Field(default=0, description="0: the server default; at most limits.max_timeout_ms")
+
+
+class ScoreGroupRequest(_Request):
+    """One conversation and a group of candidate CER outputs (one GRPO rollout group): ``POST /v1/score``."""
+
+    history: list[Turn] = Field(default_factory=list, description="at most limits.max_history_turns turns")
+    reference: Text | None = Field(default=None, description="the reference reply; required except in mode prm")
+    candidates: list[Text] = Field(description="CER outputs <analysis/><emotion/><strategy/><response/>; "
+                                                    "1 to limits.max_candidates; a bad one fails alone")
+    options: ScoreOptions | None = None
+
+
+class ScoreBatchRequest(_Request):
+    """Many groups in one call (``POST /v1/score:batch``); a malformed group fails alone."""
+
+    groups: list[ScoreGroupRequest] = Field(description="at most limits.max_groups groups")
+
+
+# ---- responses ------------------------------------------------------------------------------------------------
+class Error(_Response):
+    """A domain error: the error table's code, the offending field path (e.g. ``groups[2].candidates[3]``) and a
+    message naming the limit and the remedy."""
+
+    code: str
+    field: str
+    message: str
+
+
+class ErrorResponse(_Response):
+    """The body of every 4xx / 5xx answer."""
+
+    error: Error
+
+
+class StepResult(_Response):
+    verdict: bool | None
+    valid: bool
+    judged: bool
+
+
+class PreferenceResult(_Response):
+    verdict: Preference | None
+    valid: bool
+    judged: bool
+
+
+class FormatResult(_Response):
+    ok: bool
+    missing: list[str]
+
+
+class Rewards(_Response):
+    steps: list[float | None] = Field(description="empty in mode orm; null: not obtained")
+    preference: float | None
+    format: float
+    total: float | None = Field(description="null unless status is ok: never a made-up score")
+
+
+class Similarity(_Response):
+    s_in: float
+    s_hi: float
+
+
+class CandidateResult(_Response):
+    """The judgment of one candidate."""
+
+    status: Status
+    steps: list[StepResult]
+    preference: PreferenceResult | None
+    format: FormatResult
+    rewards: Rewards
+    similarity: Similarity | None
+    judgment: list[str] | None
+    cache_hit: bool
+    error: Error | None = Field(default=None, description="present for invalid_input / engine_error")
+
+
+class SamplingParams(_Response):
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None
+    max_retries: int
+    constrained: bool
+
+
+class Meta(_Response):
+    model: str
+    revision: str
+    adapter: str | None
+    template_version: str
+    sampling: SamplingParams
+    mode: ScoreMode
+    queue_ms: float
+    inference_ms: float
+    cache_hits: int
+    judge_rounds: int
+
+
+class ScoreGroupResponse(_Response):
+    results: list[CandidateResult]
+    meta: Meta
+
+
+class GroupError(_Response):
+    """A batch entry whose group was refused as a whole."""
+
+    error: Error
+
+
+class ScoreBatchResponse(_Response):
+    groups: list[ScoreGroupResponse | GroupError] = Field(description="one entry per request group, in order")
+
+
+class Limits(_Response):
+    max_candidates: int
+    max_groups: int
+    max_history_turns: int
+    max_text_chars: int
+    max_timeout_ms: int
+
+
+class InfoResponse(_Response):
+    model: str
+    revision: str
+    adapter: str | None
+    backend: str
+    template_version: str
+    modes: list[ScoreMode]
+    default_mode: ScoreMode
+    limits: Limits
+    sampling: SamplingParams
+    version: str
+    cache: str = Field(description="redis | memory | off")
+    embedding_model: str
+
+
+class HealthStatus(_Response):
+    status: Literal["alive", "engine_dead"]
+
+
+class ReadyStatus(_Response):
+    status: Literal["ready", "not_ready"]
