@@ -40,7 +40,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "static": {"static_cache": True},
     "static-torch-native": {"static_cache": True, "grammar_kernel": "torch_native"},
     "static-guidance": {"static_cache": True, "grammar_backend": "guidance"},
-    "static-fresh-cache": {"static_cache": True, "static_cache_reuse": False},
     # the counted bound as the engine ran it before the line bound: masks filled on 8 threads
     "static-counted": {"static_cache": True, "line_bound": False, "grammar_threads": 8},
     "dynamic-counted": {"line_bound": False, "grammar_threads": 8},
@@ -48,7 +47,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
 # ratio name -> (slower configuration, faster configuration, note): printed when both ran
 SPEED_RATIOS: dict[str, tuple[str, str, str]] = {
     "static_vs_dynamic": ("dynamic", "static", ""),
-    "reused_vs_fresh_static_cache": ("static-fresh-cache", "static", "; reuse is the default"),
     "guidance_vs_xgrammar": ("static", "static-guidance", ", static cache; xgrammar is the default"),
     "line_bound_vs_counted_static": ("static-counted", "static", "; the line bound is the default"),
     "line_bound_vs_counted_dynamic": ("dynamic-counted", "dynamic", "; the line bound is the default"),

@@ -13,6 +13,13 @@ from judge.settings import setting
 
 #: The libraries that compute the transformers engine's grammar masks (vLLM's names) -> the module each needs.
 GRAMMAR_BACKENDS = {"guidance": "llguidance", "xgrammar": "xgrammar"}
+#: How the vLLM engine bounds the judge's one-line rationale (``GenParams.max_line_chars``):
+#: ``counted``: a counted repetition in the verdict regex (``[^\n]{1,100}``; the engine takes no line bound);
+#: ``max_tokens``: an unbounded rationale pattern, the round's ``max_tokens`` ends a runaway line and an answer with a
+#: line over the bound is cut before that line (unparsable: the judge re-generates it);
+#: ``line``: an unbounded rationale pattern plus the line bound as a vLLM V1 logits processor
+#: (:mod:`judge.engines.vllm_line_bound`), the transformers engine's bound.
+RATIONALE_BOUNDS = ("counted", "max_tokens", "line")
 #: xgrammar's mask-apply kernels.
 GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
 
@@ -28,8 +35,15 @@ class VllmSettings:
         True, flag="--no-prefix-caching", help="prefix caching (the judge rounds and a group's candidates share prefixes)")
     block_size: int | None = setting(None, help="KV block size in tokens (none: 32 on CPU, vLLM's on GPU)")
     max_lora_rank: int = setting(64, help="the largest LoRA rank an adapter may have")
+    rationale_bound: str = setting("counted", choices=RATIONALE_BOUNDS,
+                                   help="how the judge's rationale line is bounded: counted (a counted repetition "
+                                        "in the regex; the fastest on an H200, docs/gpu.md), max_tokens (unbounded "
+                                        "pattern, max_tokens ends it, an over-long line is re-generated) or line "
+                                        "(a logits processor)")
 
     def __post_init__(self) -> None:
+        if self.rationale_bound not in RATIONALE_BOUNDS:
+            raise ValueError(f"rationale_bound {self.rationale_bound!r}: expected one of {', '.join(RATIONALE_BOUNDS)}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization {self.gpu_memory_utilization}: expected a fraction in (0, 1]")
         if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
@@ -47,9 +61,6 @@ class TransformersSettings:
     static_cache: bool = setting(
         False, help="on CUDA: static KV cache + torch.compile (75-110 s compile warm-up; see "
                     "docs/reward_server.md)")
-    static_cache_reuse: bool = setting(
-        True, help="every call reuses one static KV cache (off: a new one per call, as "
-                   "cache_implementation='static' does)")
     merge_adapter: bool = setting(True, help="merge LoRA weights into the base for speed")
     grammar_backend: str = setting("xgrammar", choices=tuple(GRAMMAR_BACKENDS),
                                    help="the library that computes the verdict masks")
@@ -89,4 +100,4 @@ class OpenAISettings:
             raise ValueError("openai engine: max_retries must be >= 0 and timeout_s > 0")
 
 
-__all__ = ["GRAMMAR_BACKENDS", "GRAMMAR_KERNELS", "OpenAISettings", "TransformersSettings", "VllmSettings"]
+__all__ = ["GRAMMAR_BACKENDS", "GRAMMAR_KERNELS", "RATIONALE_BOUNDS", "OpenAISettings", "TransformersSettings", "VllmSettings"]

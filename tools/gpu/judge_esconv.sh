@@ -45,7 +45,9 @@ pipeline() {
       "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 || return 1 ;; esac
   case " ${PHASES:-base prm-orm grpo} " in *" grpo "*)
     # GRPO evidence with this judge: tools/gpu/device_evidence.sh run, the judge = base + this adapter
+    # (transformers judge: this pipeline does not stage vLLM; tools/gpu/vllm_judge.sh does)
     mkdir -p $R/grpo && OUT=$R/grpo JUDGE_ADAPTER=$R/unified CALL_BUDGET_S=${GRPO_BUDGET_S:-600} \
+      JUDGE_BACKEND=${JUDGE_BACKEND:-transformers} \
       bash tools/gpu/device_evidence.sh run > $R/grpo.log 2>&1 || return 1 ;; esac
 }
 

@@ -126,12 +126,12 @@ class ModelRunner:
         # compiler, as torch.compile does), its native kernel on CPU. "torch_native" (a few torch ops) needs no
         # compiler; on an H200 it judged within 5% of Triton's time.
         self._grammar_kernel = s.grammar_kernel
-        # the one static KV cache every call reuses (static_cache with reuse; None otherwise)
-        self._kv = StaticKV(model.config, config.max_model_len) if s.static_cache and s.static_cache_reuse else None
+        # the one static KV cache every call reuses (static_cache; None otherwise)
+        self._kv = StaticKV(model.config, config.max_model_len) if s.static_cache else None
 
     @property
     def kv(self) -> StaticKV | None:
-        """The reused static KV cache (static_cache with static_cache_reuse), else None."""
+        """The reused static KV cache (static_cache), else None."""
         return self._kv
 
     def generate_batch(self, batch: list[Request]) -> list[GenResult | EngineError]:

@@ -1,0 +1,80 @@
+"""The GPU staging scripts: valid bash, and the vLLM pins of ``tools/gpu/stage_vllm.sh`` exactly the wheels whose
+sha256 ``tools/gpu/vllm-manifest.txt`` records (a pin changed without ``stage_vllm.sh manifest`` fails here); the
+readiness wait of the scripts that start a server (``tools/gpu/wait_ready.py``) fails fast when that server dies."""
+
+from __future__ import annotations
+
+import http.server
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GPU = Path(__file__).resolve().parents[2] / "tools" / "gpu"
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in GPU.glob("*.sh")))
+def test_scripts_parse(script: str) -> None:
+    subprocess.run(["bash", "-n", str(GPU / script)], check=True)
+
+
+def test_vllm_pins_match_the_manifest() -> None:
+    text = (GPU / "stage_vllm.sh").read_text()
+    block = re.search(r"^PINS=\((.*?)^\)", text, re.DOTALL | re.MULTILINE)
+    assert block is not None
+    pins = {(_norm(n), v) for n, v in re.findall(r"([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+\-]+)", block.group(1))}
+    wheels = {}
+    for line in (GPU / "vllm-manifest.txt").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        digest, name = line.split()
+        assert re.fullmatch(r"[0-9a-f]{64}", digest) and name.endswith(".whl"), line
+        dist, version = name.split("-")[:2]
+        wheels[(_norm(dist), version)] = digest
+    assert pins == set(wheels)
+    assert ("vllm", "0.26.0") in pins and ("openai", "2.54.0") in pins  # openai 2.x: 3.x imports httpx2
+
+
+def _wait_ready() -> Any:
+    spec = importlib.util.spec_from_file_location("wait_ready", GPU / "wait_ready.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.wait_ready
+
+
+def test_wait_ready_fails_fast_when_the_server_dies(tmp_path: Path) -> None:
+    """A server that exits before it is ready (e.g. an ImportError at start) fails the wait at once with its log's
+    tail, not after the whole budget."""
+    log = tmp_path / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "raise ImportError('no module named compeer')"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    t = time.monotonic()
+    with pytest.raises(SystemExit, match=r"(?s)exited .*no module named compeer"):
+        _wait_ready()("http://127.0.0.1:9/readyz", proc.pid, str(log), budget_s=60, poll_s=0.1)
+    assert time.monotonic() - t < 20
+    proc.wait()
+
+
+def test_wait_ready_returns_once_the_server_answers(tmp_path: Path) -> None:
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        waited = _wait_ready()(f"http://127.0.0.1:{server.server_port}/", os.getpid(), str(tmp_path / "x.log"),
+                               budget_s=30, poll_s=0.1)
+        assert waited < 30
+    finally:
+        server.shutdown()

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The judge on vLLM on a lent GPU machine (issue 16): install vLLM 0.26.0, prepare the default judge, benchmark both
+# engines in one run on one card (bench/judge_engines_gpu.py), serve a ScoreBatch on vLLM. No registry, no hub there;
+# 64 MiB per call with the tree (~13 MB). Staging, here, after `make install`:
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels, GGUF part 00), c2 (parts 01, 02), c3 (MiniLM, part 03)
+#   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
+# Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
+#   install  carry ONE staging folder a call (.gpu-vllm/pK or .gpu-policy/cK): copies or installs what it carries;
+#            once every vLLM part is there: joins them, checks the tar and every wheel (tools/gpu/vllm-manifest.txt)
+#            and installs them into /tmp/vsite (pip --no-index --no-deps --target); prints what is still missing
+#   stage    (no carry) the default GGUF joined and checked, the default judge (shipped adapter merged, bfloat16),
+#            the bare base for the policy (/tmp/smollm2) and MiniLM (device_evidence.sh prepare); `import vllm`
+#   bench    (no carry) starts bench.judge_engines_gpu in the background (setsid; BENCH_ARGS appended) and waits
+#            up to CALL_BUDGET_S (default 540) for it; copies its JSON and log to $OUT
+#   wait     (no carry) waits again for a bench still running; copies what is there
+#   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
+#            --rationale-bound $RATIONALE_BOUND, default counted: the fastest on the H200, docs/gpu.md) and one
+#            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
+#            log and the replies' summary to $OUT. Carry "compeer" (the generated gRPC code the server imports); a
+#            server that exits before it is ready fails the call at once with its log's tail
+set -uo pipefail
+S=/tmp/cp-stage V=/tmp/cp-vllm B=/tmp/vllm-bench
+mkdir -p "$S" "$V" "$B"
+export PYTHONPATH=/tmp/vsite:/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 COMPEER_CACHE=/tmp/compeer-cache TQDM_DISABLE=1
+export COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf
+
+install_vllm() {  # every part here: join, check, install (once)
+  [ -f /tmp/vsite/.compeer-vllm ] && { echo "vLLM already installed in /tmp/vsite"; return 0; }
+  local n total sum have
+  [ -f $V/parts.txt ] || { echo "no vLLM part carried yet"; return 0; }
+  read -r n total sum < $V/parts.txt
+  have=$(ls $V/vllm.part-* 2>/dev/null | wc -l)
+  if [ "$have" -lt "$n" ]; then
+    echo "vLLM parts: $have of $n here; missing: $(for i in $(seq 0 $((n - 1))); do f=$(printf 'vllm.part-%02d' "$i");
+      [ -f $V/$f ] || printf '.gpu-vllm/p%s ' $((i + 1)); done)"
+    return 0
+  fi
+  cat $V/vllm.part-* > $V/vllm.tar && [ "$(stat -c %s $V/vllm.tar)" = "$total" ] \
+    && echo "$sum  $V/vllm.tar" | sha256sum -c --quiet - || { echo "vLLM tar: size or sha256 mismatch" >&2; return 1; }
+  rm -rf $V/whl && mkdir -p $V/whl && tar -xf $V/vllm.tar -C $V/whl && rm -f $V/vllm.tar $V/vllm.part-* || return 1
+  (cd $V/whl && grep -v '^#' "$OLDPWD/tools/gpu/vllm-manifest.txt" | sha256sum -c --quiet -) \
+    || { echo "a vLLM wheel does not match tools/gpu/vllm-manifest.txt" >&2; return 1; }
+  local t0=$(date +%s)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/vsite $V/whl/*.whl \
+    || return 1
+  rm -rf $V/whl && touch /tmp/vsite/.compeer-vllm
+  echo "vLLM and $(grep -vc '^#' tools/gpu/vllm-manifest.txt) wheels installed in /tmp/vsite in $(( $(date +%s) - t0 )) s"
+}
+
+wait_bench() {
+  local T0=$(date +%s) budget=${CALL_BUDGET_S:-540}
+  while [ ! -f $B/DONE ] && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 5; done
+  cp $B/bench.log "$OUT"/ 2>/dev/null
+  cp bench/results/judge_engines_gpu.json "$OUT"/ 2>/dev/null
+  if [ -f $B/DONE ]; then echo "bench finished: $(cat $B/DONE)"; else echo "bench still running (run: wait)"; fi
+  tail -n 60 $B/bench.log
+}
+
+case "${1:?install|stage|bench|wait|serve}" in
+install)
+  # a folder carried earlier may still be in this copy of the tree: each is taken once
+  if [ ! -f /tmp/vsite/.compeer-vllm ]; then
+    for d in .gpu-vllm/p[0-9]*; do
+      [ -d "$d" ] || continue
+      for f in "$d"/vllm.part-*; do [ -f $V/"$(basename "$f")" ] || { cp "$f" "$d"/parts.txt $V/ && echo "copied $f"; }; done
+    done
+  fi
+  [ -d .gpu-policy/c1 ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
+  [ -d .gpu-policy/c2 ] && [ ! -f "$S"/.c2 ] && { bash tools/gpu/device_evidence.sh stage > /dev/null && touch "$S"/.c2 \
+    || exit 1; echo "copied .gpu-policy/c2"; }
+  [ -d .gpu-policy/c3 ] && [ ! -f "$S"/minilm-q8.tar.xz ] && {
+    cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1; echo "copied .gpu-policy/c3"; }
+  install_vllm || exit 1
+  [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels, GGUF part 00)"
+  [ -f "$S"/.c2 ] || echo "still missing: .gpu-policy/c2 (GGUF parts 01 and 02)"
+  [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c3 (MiniLM, GGUF part 03)"
+  true
+  ;;
+stage)
+  [ -f /tmp/vsite/.compeer-vllm ] || { echo "vLLM is not installed yet (install with every .gpu-vllm part)" >&2; exit 1; }
+  if [ ! -f "$COMPEER_DEFAULT_GGUF" ]; then
+    ls "$S"/gguf.part-0{0,1,2,3} > /dev/null || { echo "a GGUF part is missing: install .gpu-policy/c1..c3" >&2; exit 1; }
+    cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
+  fi
+  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
+    | sha256sum -c - || exit 1
+  python3 -m judge.model_store bfloat16 || exit 1   # the default judge: the shipped adapter merged, once
+  bash tools/gpu/device_evidence.sh prepare || exit 1  # /tmp/smollm2 (the policy's base) and MiniLM
+  nvidia-smi -L
+  # versions from the installed metadata: xgrammar has no __version__
+  python3 -c 'import time, importlib.metadata as md; t = time.time(); import vllm, torch, transformers, xgrammar
+print(" ".join(f"{n} {md.version(n)}" for n in ("vllm", "torch", "transformers", "xgrammar")),
+      f"; import {time.time() - t:.1f} s")' || exit 1
+  ;;
+bench)
+  rm -f $B/DONE
+  setsid nohup bash -c "python3 -m bench.judge_engines_gpu --device cuda ${BENCH_ARGS:-} > $B/bench.log 2>&1;
+    echo \"exit \$? at \$(date -u +%H:%M:%S)\" > $B/DONE" < /dev/null > /dev/null 2>&1 &
+  sleep 2
+  wait_bench
+  ;;
+wait)
+  wait_bench
+  ;;
+serve)
+  [ -f compeer/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer\"" >&2; exit 1; }
+  python3 -m reward_server.cli serve --backend vllm --device cuda --model default \
+    --rationale-bound "${RATIONALE_BOUND:-counted}" --embedding-model "$S"/minilm-q8 --cache off \
+    --host 127.0.0.1 --grpc-port 50051 --http-port 8000 > "$OUT"/server.log 2>&1 &
+  SERVER=$!
+  # fails fast, with the log's tail, when the server exits before it is ready
+  python3 tools/gpu/wait_ready.py http://127.0.0.1:8000/readyz "$SERVER" "$OUT"/server.log 300 > "$OUT"/score_batch.txt 2>&1 \
+  && python3 - "${SCORE_GROUPS:-64}" <<'PY' >> "$OUT"/score_batch.txt 2>&1
+import json, sys, time, httpx
+print(httpx.get("http://127.0.0.1:8000/v1/info").text)
+group = json.load(open("examples/group.json"))
+n = int(sys.argv[1])
+for name in ("cold", "warm"):  # warm: the same groups again (prefix cache; no result cache: --cache off)
+    body = {"groups": [dict(group, history=[dict(t) for t in group["history"][:-1]]
+                            + [dict(group["history"][-1], text=group["history"][-1]["text"] + f" ({i})")])
+                       for i in range(n)]}
+    t = time.time()
+    r = httpx.post("http://127.0.0.1:8000/v1/score:batch", json=body, timeout=600)
+    r.raise_for_status()
+    groups = r.json()["groups"]
+    errors = sum(1 for g in groups if "error" in g)
+    print(f"{name}: ScoreBatch of {n} groups x {len(group['candidates'])} in {time.time() - t:.2f} s, {errors} errors;"
+          f" first group: {json.dumps(groups[0])[:600]}")
+PY
+  rc=$?
+  kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER"
+  cat "$OUT"/score_batch.txt; grep -E "ERROR|Traceback|ready" "$OUT"/server.log | tail -20
+  exit $rc
+  ;;
+esac
