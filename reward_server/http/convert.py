@@ -72,14 +72,17 @@ def parse_json(model: type[M], data: Any, prefix: str = "") -> M:
         raise invalid_argument(exc, prefix) from None
 
 
+def options_to_neutral(o: models.ScoreOptions | None) -> ScoreOptions:
+    """Validated request options (absent: the defaults) as the core's :class:`ScoreOptions`."""
+    o = o or models.ScoreOptions()
+    return ScoreOptions(mode=None if o.mode is None else JudgeMode(o.mode), include_judgment=o.include_judgment,
+                        include_similarity=o.include_similarity, timeout_ms=o.timeout_ms)
+
+
 def group_to_neutral(g: models.ScoreGroupRequest) -> GroupRequest:
     """A validated request model as the core's :class:`GroupRequest`."""
-    o = g.options or models.ScoreOptions()
     return GroupRequest(history=[Turn(t.role, t.text) for t in g.history], reference=g.reference,
-                        candidates=list(g.candidates),
-                        options=ScoreOptions(mode=None if o.mode is None else JudgeMode(o.mode),
-                                             include_judgment=o.include_judgment,
-                                             include_similarity=o.include_similarity, timeout_ms=o.timeout_ms))
+                        candidates=list(g.candidates), options=options_to_neutral(g.options))
 
 
 def group_from_json(data: Any, prefix: str = "") -> GroupRequest:

@@ -11,13 +11,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, StrictStr
 
-from cer.modes import JudgeMode
 from reward_server.core import RewardCore
 from reward_server.dialogue import DialogueRequest, DialogueTurn, score_dialogue
 from reward_server.get_reward import get_reward
 from reward_server.http import models
-from reward_server.http.convert import parse_json
-from reward_server.types import ScoreOptions
+from reward_server.http.convert import options_to_neutral, parse_json
 
 Handler = Callable[[str, Request, Callable[[Any], Awaitable[dict[str, Any]]]], Awaitable[Response]]
 
@@ -41,11 +39,8 @@ class GetRewardOut(BaseModel):
 def dialogue_request(body: Any) -> DialogueRequest:
     """The neutral request of a ``/v1/dialogues:score`` body."""
     d = parse_json(models.ScoreDialogueRequest, body)
-    o = d.options or models.ScoreOptions()
     return DialogueRequest(turns=[DialogueTurn(t.role, t.text, t.reference) for t in d.turns],
-                           options=ScoreOptions(mode=None if o.mode is None else JudgeMode(o.mode),
-                                                include_judgment=o.include_judgment,
-                                                include_similarity=o.include_similarity, timeout_ms=o.timeout_ms))
+                           options=options_to_neutral(d.options))
 
 
 def add_dialogue_routes(app: FastAPI, core: RewardCore, handle: Handler) -> None:
