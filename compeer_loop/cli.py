@@ -66,6 +66,10 @@ def make_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate one policy (an arm name or `base`)")
     ev.add_argument("--root", type=Path, required=True)
     ev.add_argument("--policy", required=True)
+    mg = sub.add_parser("merge", help="merge loop folders trained on different machines (same settings, same "
+                                      "warm-up) into a new ROOT, for one report")
+    mg.add_argument("--out", type=Path, required=True, help="the merged loop folder (must not exist)")
+    mg.add_argument("sources", type=Path, nargs="+", help="loop folders, the one that trained the warm-up first")
     rp = sub.add_parser("report", help="write the report from ROOT")
     rp.add_argument("--root", type=Path, required=True)
     rp.add_argument("--out", type=Path, required=True)
@@ -174,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
             from compeer_loop.evaluate import evaluate_policy
 
             print(json.dumps(evaluate_policy(args.root, args.policy)))
+            return 0
+        if args.command == "merge":
+            from compeer_loop.merge import merge_roots
+
+            merged = merge_roots(args.sources, args.out)
+            print(json.dumps({"root": str(args.out), "arms": merged.arms, "eval_policies": merged.eval_policies}))
             return 0
         from compeer_loop.report import write_report
 

@@ -89,8 +89,9 @@ class LoopSettings:
     prm_adapter: str | None = field(default=None, metadata=_help("PRM judge adapter folder (arm f)"))
     orm_adapter: str | None = field(default=None, metadata=_help("ORM judge adapter folder (arm f)"))
     max_concurrent_arms: int = field(default=2, metadata=_help(
-        "GRPO arms trained at once on the GPU; one arm at max_completion_length 160 on ESConv prompts held ~48 GB "
-        "(H200 run of 2026-11-26: 4 at once ran out of memory), so 2 on a 140 GB GPU, 1 on an 80 GB one"))
+        "GRPO arms trained at once on the GPU; one arm at max_completion_length 160 on ESConv prompts held 48-74 GB "
+        "on an H200 (more while its completions stay long), so 2 on a 140 GB GPU, 1 on an 80 GB one; an arm that "
+        "runs out of GPU memory beside others runs again alone (not a failed try), and one at a time from then on"))
     max_restarts: int = field(default=2, metadata=_help("times a failed arm is resumed from its last checkpoint"))
     eval_policies: list[str] = field(default_factory=lambda: [BASE_POLICY, *(a.name for a in ARMS)],
                                      metadata=_help("policies evaluated (arms + `base`)"))

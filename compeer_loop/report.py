@@ -231,6 +231,13 @@ def side_by_side(root: Path, s: LoopSettings, k: int = 3) -> str:
 def _gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
     lines = [(f"Driver wall time on the GPU machine: {state.get('elapsed_s', 0):.0f} s (servers, warm-up, arms, "
               "evaluation).")]
+    if state.get("parts"):  # `compeer-loop merge`: folders trained on different machines
+        lines = [(f"Driver wall time on the GPU machines: {state.get('elapsed_s', 0):.0f} s in all, "
+                 f"{len(state['parts'])} loop folders merged (same settings; every GRPO arm from the warm-up with "
+                 f"sha256 {str(state.get('warmup_sha256', 'not recorded'))[:12]}):")]
+        lines += [f"- {p['root']}: {p['elapsed_s']:.0f} s; trained {', '.join(p['arms']) or 'nothing'}; evaluated "
+                  f"{', '.join(p['eval']) or 'nothing'}" for p in state["parts"]]
+        lines.append("")
     for name, a in sorted(state.get("arms", {}).items()):
         secs = f", {a['seconds']:.0f} s" if "seconds" in a else ""
         restarts = state.get("restarts", {}).get(name)

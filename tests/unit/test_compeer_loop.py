@@ -227,6 +227,45 @@ def test_the_driver_runs_at_most_max_concurrent_arms_and_a_failed_arm_costs_one_
     assert len((root / "calls.log").read_text().split("\n")[:-1]) == 5  # one more try of d, nothing else
 
 
+_FAKE_ARM_OOM = """
+import pathlib, sys, time
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+(out.parent / (out.name + ".running")).write_text("")
+time.sleep(0.15)  # both arms of a pair have started by now
+others = [p.stem for p in out.parent.glob("*.running") if p.stem != out.name]
+with (out.parent / "calls.log").open("a") as fh:
+    fh.write(out.name + " alongside " + ",".join(sorted(others)) + "\\n")
+time.sleep(0.3)
+(out.parent / (out.name + ".running")).unlink()
+if out.name == "c" and others:
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 80.00 MiB.")
+    sys.exit(1)
+(out / "final").mkdir(parents=True)
+(out / "final" / "adapter_config.json").write_text("{}")
+"""
+
+
+def test_an_arm_out_of_memory_beside_others_runs_again_alone_without_costing_a_try(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the H200 arm (c) died with CUDA OOM while (b) held 73.5 GB and used up its restarts within minutes: an arm
+    whose log ends in a CUDA OOM while other arms ran is queued again, runs when nothing else does, and the rest of
+    the run goes one arm at a time; the restart count is untouched."""
+    import sys
+
+    from compeer_loop import runner
+
+    root, s = _fake_driver(tmp_path, monkeypatch, arms=["a", "b", "c", "d"], max_concurrent_arms=2, max_restarts=0)
+    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
+        sys.executable, "-c", _FAKE_ARM_OOM, "--out", str(root / arm.name)])
+    state = runner.Driver(root, s).run(evaluate=False)
+    calls = (root / "calls.log").read_text().split("\n")[:-1]
+    assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "b": "done", "c": "done", "d": "done"}
+    assert state["restarts"] == {}
+    assert sorted(calls[:2]) == ["b alongside c", "c alongside b"], calls
+    assert calls[2:] == ["c alongside ", "d alongside "], calls  # c again, alone; then d, alone
+
+
 def test_max_concurrent_arms_is_validated() -> None:
     with pytest.raises(ValueError, match="max_concurrent_arms"):
         LoopSettings(max_concurrent_arms=0)
@@ -307,3 +346,64 @@ def test_a_real_trainer_skips_a_step_with_nan_gradients_and_stops_after_too_many
     assert float(model.w[0]) == pytest.approx(1.0 - 0.1 - 0.05 - 0.025, abs=1e-3)
     with pytest.raises(NonFiniteGradientError, match="2 optimizer steps in a row"):
         train({1, 2}, SkipNonFiniteGradients(max_consecutive=2))
+
+
+def _loop_folder(root: Path, arms: list[str], evals: list[str], sha: str, restored: bool = False,
+                 **settings: Any) -> Path:
+    """A loop folder as `compeer_loop.sh` brings it back: plan, state, arms' metrics, evaluations' records."""
+    s = LoopSettings(prompts="/data", arms=arms, eval_policies=evals, **settings)
+    root.mkdir(parents=True)
+    (root / "plan.json").write_text(json.dumps(s.to_json()))
+    (root / "state.json").write_text(json.dumps({"elapsed_s": 100.0, "warmup_sha256": sha,
+                                                 "arms": {a: {"status": "done"} for a in arms}, "eval": {}}))
+    (root / "prompts-manifest.json").write_text('{"counts": {"eval": 195}}')
+    (root / "a" / "warmup" / "adapter").mkdir(parents=True)
+    (root / "a" / "warmup" / "adapter" / "adapter_config.json").write_text("{}")
+    if restored:
+        (root / "a" / "RESTORED").write_text(f"{sha}  warmup.tar\n")
+    for arm in arms:
+        if arm != "a":
+            (root / arm).mkdir()
+            (root / arm / "metrics.jsonl").write_text(json.dumps({"step": 30, "arm": arm}) + "\n")
+    for policy in evals:
+        (root / "eval" / policy).mkdir(parents=True)
+        (root / "eval" / policy / "records.jsonl").write_text(json.dumps({"policy": policy}) + "\n")
+        (root / "eval" / policy / "done.json").write_text("{}")
+    return root
+
+
+def test_merge_joins_arms_trained_on_two_machines_and_refuses_what_is_not_comparable(tmp_path: Path) -> None:
+    """A GPU machine is held 30 minutes: arms a-c trained on one, d-e on a second from the exported warm-up. The
+    merged folder has every arm and evaluation from the folder that made it; folders with other settings, another
+    warm-up or the same evaluation twice are refused."""
+    from compeer_loop.cli import main
+    from compeer_loop.merge import merge_roots
+
+    m1 = _loop_folder(tmp_path / "m1", ["a", "b", "c"], ["base", "a", "b", "c"], "aa11")
+    m2 = _loop_folder(tmp_path / "m2", ["a", "d", "e"], ["d", "e"], "aa11", restored=True)
+    assert main(["merge", "--out", str(tmp_path / "all"), str(m1), str(m2)]) == 0
+    merged = json.loads((tmp_path / "all" / "plan.json").read_text())
+    assert merged["arms"] == ["a", "b", "c", "d", "e"] and merged["eval_policies"] == ["base", "a", "b", "c", "d", "e"]
+    state = json.loads((tmp_path / "all" / "state.json").read_text())
+    assert [(p["root"], p["arms"], p["eval"]) for p in state["parts"]] == [
+        ("m1", ["a", "b", "c"], ["base", "a", "b", "c"]), ("m2", ["d", "e"], ["d", "e"])]
+    assert state["warmup_sha256"] == "aa11" and state["elapsed_s"] == 200.0
+    assert not (tmp_path / "all" / "a" / "RESTORED").exists()  # arm (a) comes from the machine that trained it
+    for policy in merged["eval_policies"]:
+        assert json.loads((tmp_path / "all" / "eval" / policy / "records.jsonl").read_text()) == {"policy": policy}
+    assert json.loads((tmp_path / "all" / "e" / "metrics.jsonl").read_text())["arm"] == "e"
+    from compeer_loop.report import _gpu_section
+
+    section = _gpu_section(state, None)
+    assert "2 loop folders merged" in section and "- m2: 100 s; trained d, e; evaluated d, e" in section
+
+    other_lr = _loop_folder(tmp_path / "lr", ["a", "d"], ["d"], "aa11", restored=True, learning_rate=1e-4)
+    with pytest.raises(ValueError, match="learning_rate"):
+        merge_roots([m1, other_lr], tmp_path / "x1")
+    other_warmup = _loop_folder(tmp_path / "w", ["a", "d"], ["d"], "bb22", restored=True)
+    with pytest.raises(ValueError, match="different warm-ups"):
+        merge_roots([m1, other_warmup], tmp_path / "x2")
+    twice = _loop_folder(tmp_path / "t", ["a", "d"], ["c", "d"], "aa11", restored=True)
+    with pytest.raises(ValueError, match="evaluation of c is in more than one folder"):
+        merge_roots([m1, twice], tmp_path / "x3")
+    assert main(["merge", "--out", str(tmp_path / "all"), str(m1), str(m2)]) == 2  # never over an existing folder

@@ -15,10 +15,22 @@
 #   resume   (no carry)                            starts the driver again if it is not running (a killed driver or
 #                                                  arm continues from its checkpoints), then waits like `wait`
 #   stop     (no carry)                            stops the driver and the reward servers, packs to $OUT
+# Across machines (one is held 30 min at most; /tmp is lost with it):
+#   TRAIN_JUDGES='prm orm' on `start` also trains the PRM and ORM judges for arm (f) in the background
+#     (tools/gpu/judge_esconv.sh judges: the shipped judge's profile and steps; needs .gpu-judge carried on `stage`,
+#     from `bash tools/gpu/judge_esconv.sh pack`)
+#   export   (no carry)                            packs arm (a)'s warm-up adapter (float32, exact) and the PRM/ORM
+#                                                  judges (bfloat16) in 15 MiB parts + export.sha256; each call
+#                                                  sends the next 56 MiB of parts to $OUT: repeat until it says done
+#   import   carry .gpu-import/iN                  here the parts go in .gpu-import/i1, i2, ... (48 MB each at most);
+#                                                  copies them to the device; `start` then checks them against
+#                                                  export.sha256 and restores the warm-up (arm a is done, never
+#                                                  retrained) and PRM_ADAPTER/ORM_ADAPTER
 # $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, every arm's metrics.jsonl and summary.json,
 # every evaluation's records.jsonl and done.json, the prompt manifest), logs.tar.xz (log tails), driver.log.
 set -uo pipefail
 S=/tmp/cp-stage L=${LOOP_ROOT:-/tmp/loop} D=${LOOP_DATA:-/tmp/loop-data}
+X=/tmp/cp-export I=/tmp/cp-import J=/tmp/judge-run
 mkdir -p "$S" "$L"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf TQDM_DISABLE=1
@@ -39,7 +51,7 @@ collect() {  # what is finished, to $OUT
   [ -n "${OUT:-}" ] || return 0
   $LOOP status --root $L > "$OUT"/status.txt 2>&1
   local f=(plan.json state.json DONE)
-  for x in $L/*/metrics.jsonl $L/*/summary.json $L/eval/*/records.jsonl $L/eval/*/done.json; do
+  for x in $L/a/RESTORED $L/a/warmup/adapter/adapter_config.json $L/*/metrics.jsonl $L/*/summary.json $L/eval/*/records.jsonl $L/eval/*/done.json; do
     [ -f "$x" ] && f+=("${x#$L/}"); done
   cp $D/manifest.json $L/prompts-manifest.json 2>/dev/null && f+=(prompts-manifest.json)
   ( cd $L && ls "${f[@]}" 2>/dev/null | tar -cJf "$OUT"/results.tar.xz -T - )
@@ -54,10 +66,45 @@ wait_driver() {
   while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep 15; done
   $LOOP status --root $L
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
+  if [ -f $L/judges.log ]; then  # TRAIN_JUDGES
+    echo "judges: $(cat $J/JUDGES_DONE 2>/dev/null || echo running)"
+    for f in $J/train-*.log; do [ -f "$f" ] && echo "$f: $(grep -oE "'loss': [0-9.]+|'epoch': [0-9.]+|train_runtime[^,]*" "$f" | tail -n 3 | tr '\n' ' ')"; done
+  fi
   collect
 }
 
-case "${1:?pack|install|stage|start|wait|resume|stop}" in
+export_parts() {  # what a later machine needs, in parts of at most 15 MiB, then up to 56 MiB of them per call
+  if [ ! -f $X/export.sha256 ]; then
+    [ -f $L/a/warmup/adapter/adapter_config.json ] || { echo "export: arm (a) has no warm-up adapter yet"; return 1; }
+    mkdir -p $X/tmp && tar -cf $X/tmp/warmup.tar -C $L a/warmup/adapter || return 1
+    for v in prm orm; do [ -f $J/$v-bf16/adapter_config.json ] && { tar -cf $X/tmp/$v-bf16.tar -C $J $v-bf16 || return 1; }; done
+    ( cd $X/tmp && sha256sum *.tar > ../export.sha256 && for t in *.tar; do split -b 15M -d "$t" "../$t.part-"; done ) || return 1
+    rm -rf $X/tmp; touch $X/sent.txt
+  fi
+  local n=0 bytes=0 f sz
+  for f in $X/export.sha256 $X/*.part-*; do
+    grep -qx "$(basename "$f")" $X/sent.txt && continue
+    sz=$(stat -c %s "$f")
+    [ $n -ge 7 ] || [ $(( bytes + sz )) -gt $(( 56 * 1048576 )) ] && break
+    cp "$f" "$OUT"/ && echo "$(basename "$f")" >> $X/sent.txt && n=$((n + 1)) bytes=$((bytes + sz))
+  done
+  local left=$(( $(ls $X/export.sha256 $X/*.part-* | wc -l) - $(wc -l < $X/sent.txt) ))
+  echo "export: sent $n files ($bytes bytes) this call; $left left$([ $left -eq 0 ] && echo ': done')"
+}
+
+import_parts() {  # restore what an earlier machine exported (checked against its export.sha256)
+  [ -f $I/export.sha256 ] || return 0
+  ( cd $I && for t in $(awk '{print $2}' export.sha256); do cat "$t".part-* > "$t" || exit 1; done \
+    && sha256sum -c export.sha256 ) || { echo "import: parts missing or damaged"; return 1; }
+  if [ ! -f $L/a/warmup/adapter/adapter_config.json ]; then  # RESTORED: compeer-loop merge knows a was not trained here
+    tar -xf $I/warmup.tar -C $L && grep warmup.tar $I/export.sha256 > $L/a/RESTORED || return 1
+  fi
+  mkdir -p $S/judges && for v in prm orm; do [ -f $I/$v-bf16.tar ] && { tar -xf $I/$v-bf16.tar -C $S/judges || return 1; }; done
+  [ -d $S/judges/prm-bf16 ] && PRM_ADAPTER=${PRM_ADAPTER:-$S/judges/prm-bf16} ORM_ADAPTER=${ORM_ADAPTER:-$S/judges/orm-bf16}
+  echo "import: warm-up restored in $L/a/warmup/adapter${PRM_ADAPTER:+; PRM $PRM_ADAPTER, ORM ${ORM_ADAPTER:-}}"
+}
+
+case "${1:?pack|install|stage|start|wait|resume|stop|export|import}" in
 pack)  # here, not on the device
   X=$(git rev-parse --git-path info/exclude) && mkdir -p .gpu-loop "$(dirname "$X")" || exit 1
   grep -qx '/.gpu-loop/' "$X" 2>/dev/null || echo '/.gpu-loop/' >> "$X"   # a worktree shares the main exclude file
@@ -71,12 +118,27 @@ install)  # wheels into /tmp/site and the GGUF part carried, as for the GRPO evi
   bash tools/gpu/device_evidence.sh install
   ;;
 stage)
-  bash tools/gpu/device_evidence.sh stage && mkdir -p $D && tar -xJf .gpu-loop/loop-data.tar.xz -C $D && ls -l $D
+  bash tools/gpu/device_evidence.sh stage && mkdir -p $D && tar -xJf .gpu-loop/loop-data.tar.xz -C $D && ls -l $D \
+    || exit 1
+  if [ -f .gpu-judge/esconv.tar.xz ]; then cp .gpu-judge/esconv.tar.xz "$S"/ || exit 1; fi  # for TRAIN_JUDGES
+  ;;
+import)
+  mkdir -p $I && cp .gpu-import/*/* $I/ && ls -l $I
+  ;;
+export)
+  [ -n "${OUT:-}" ] || { echo "export: no \$OUT"; exit 1; }
+  export_parts
   ;;
 start)
   bash tools/gpu/device_evidence.sh prepare || exit 1   # the GGUF (sha256 checked) and MiniLM (fp32) in $S
   python3 -m judge.model_store bfloat16 --adapter none || exit 1   # the base (policy, untrained judge)
   python3 -m judge.model_store bfloat16 || exit 1                  # the shipped trained judge, merged
+  import_parts || exit 1
+  if [ -n "${TRAIN_JUDGES:-}" ]; then
+    [ -f "$S"/esconv.tar.xz ] || { echo "TRAIN_JUDGES needs .gpu-judge carried on stage"; exit 1; }
+    setsid nohup bash tools/gpu/judge_esconv.sh judges $TRAIN_JUDGES > $L/judges.log 2>&1 < /dev/null &
+    echo "judges $TRAIN_JUDGES: training in the background (log $J/train-*.log, outcome $J/JUDGES_DONE)"
+  fi
   ARGS=(--root $L --prompts $D --steps "${STEPS:-30}" --embedding-model "$S"/minilm-q8)
   [ -n "${ARMS:-}" ] && ARGS+=(--arms $ARMS)
   [ -n "${PRM_ADAPTER:-}" ] && ARGS+=(--prm-adapter "$PRM_ADAPTER" --orm-adapter "${ORM_ADAPTER:?ORM_ADAPTER too}")

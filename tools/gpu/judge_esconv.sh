@@ -69,23 +69,38 @@ build_data() {
 collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each)
   cp $R/pipeline.log "$OUT"/ 2>/dev/null
   grep -hE "'loss'|train_runtime|\"adapter\"|summary|auc" $R/*.log > "$OUT"/results.txt 2>/dev/null
-  # the LoRA weights are trained in float32; the shipped copy is bfloat16 (half the size)
-  [ -f $R/unified/adapter_model.safetensors ] && [ ! -d $R/unified-bf16 ] && python3 - <<'PY'
-import shutil, torch
-from safetensors.torch import load_file, save_file
-src, dst = "/tmp/judge-run/unified", "/tmp/judge-run/unified-bf16"
-shutil.copytree(src, dst + ".tmp")
-w = load_file(src + "/adapter_model.safetensors")
-save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, dst + ".tmp/adapter_model.safetensors",
-          metadata={"format": "pt"})
-shutil.move(dst + ".tmp", dst)
-PY
+  [ -f $R/unified/adapter_model.safetensors ] && to_bf16 $R/unified
   [ -d $R/unified-bf16 ] && tar -cf "$OUT"/unified-adapter.tar -C $R unified-bf16
   [ -d $R/grpo ] && tar -cf "$OUT"/grpo.tar -C $R grpo  # logs too when the phase failed
   local d=(); for x in eval-unified contrast-trained contrast-base eval-prm-orm prm/compeer_judge.json orm/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
+}
+
+to_bf16() {  # $1: a trained adapter folder -> $1-bf16 (the LoRA weights are trained in float32; shipped in bfloat16)
+  [ -d "$1-bf16" ] && return 0
+  python3 - "$1" <<'PY'
+import shutil, sys, torch
+from safetensors.torch import load_file, save_file
+src = sys.argv[1]
+dst = src + "-bf16"
+shutil.copytree(src, dst + ".tmp", ignore=shutil.ignore_patterns("checkpoint-*"))
+w = load_file(src + "/adapter_model.safetensors")
+save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, dst + ".tmp/adapter_model.safetensors",
+          metadata={"format": "pt"})
+shutil.move(dst + ".tmp", dst)
+PY
+}
+
+judges() {  # $@: variants (default prm orm), trained one after the other with the shipped judge's profile and steps
+  local D=$W/emit/judge_sft
+  [ -d "$D" ] || build_data > $R/build.log 2>&1 || return 1
+  for v in ${@:-prm orm}; do
+    [ -f $R/$v-bf16/adapter_config.json ] && continue
+    python3 -m reward_trainer.cli judge --config gpu-esconv --variant $v --data "$D" --out $R/$v \
+      > $R/train-$v.log 2>&1 && to_bf16 $R/$v || return 1
+  done
 }
 
 wait_pipeline() {
@@ -96,7 +111,7 @@ wait_pipeline() {
   tail -n 3 $R/pipeline.log
 }
 
-case "${1:?pack|install|stage|start|wait|pipeline}" in
+case "${1:?pack|install|stage|start|wait|pipeline|judges}" in
 pack)  # here, not on the device
   X=$(git rev-parse --git-path info/exclude) && mkdir -p .gpu-judge "$(dirname "$X")"
   grep -qx '/.gpu-judge/' "$X" 2>/dev/null || echo '/.gpu-judge/' >> "$X"
@@ -121,6 +136,13 @@ start)
   setsid nohup bash tools/gpu/judge_esconv.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
   sleep 5
   wait_pipeline
+  ;;
+judges)  # for tools/gpu/compeer_loop.sh (arm f): ESConv in $S/esconv.tar.xz and the base converted beforehand;
+  # trains the variants named (default prm orm) into $R/<variant> and their bfloat16 copies $R/<variant>-bf16
+  shift
+  T0=$(date +%s)
+  if judges "$@"; then echo "ok after $(( $(date +%s) - T0 )) s" > $R/JUDGES_DONE
+  else echo "FAILED after $(( $(date +%s) - T0 )) s (see $R/build.log, $R/train-*.log)" > $R/JUDGES_DONE; fi
   ;;
 pipeline)
   T0=$(date +%s)
