@@ -306,6 +306,8 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         "```",
         "bash tools/gpu/stage.sh && bash tools/gpu/compeer_loop.sh pack   # here",
         "# on the GPU machine (run calls): install, stage, start, wait ... (docs/compeer_loop.md)",
+        *(["# arms trained on more than one machine: export/import the warm-up, then here",
+           "compeer-loop merge --out ROOT " + " ".join(p["root"] for p in state["parts"])] if state.get("parts") else []),
         f"compeer-loop report --root ROOT --out {out}",
         "```",
         "Settings (`ROOT/plan.json`):",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The COMPEER loop (issue 17) on a lent GPU machine: every policy arm trained at once on one GPU, then evaluated.
+# The COMPEER loop (issue 17) on a lent GPU machine: the policy arms trained on one GPU (max_concurrent_arms at
+# once), then evaluated.
 # No registry, no hub there; 64 MiB per `run` call, 10 min per call. Here, after `make install`:
 #   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels + GGUF part 00), c2 (parts 01-02), c3 (MiniLM, part 03)
 #   bash tools/gpu/compeer_loop.sh pack  # .gpu-loop/loop-data.tar.xz: prompt sets built from ../shared/data/esconv
@@ -8,8 +9,8 @@
 #   stage    carry .gpu-policy/c2 and .gpu-loop    GGUF parts 01-02, the prompt sets
 #   start    carry .gpu-policy/c3                  MiniLM + GGUF part 03; GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
 #                                                  plan (STEPS, ARMS, LOOP_ARGS) and starts the driver in the
-#                                                  background (setsid): reward servers, warm-up, all GRPO arms at
-#                                                  once, evaluation; then waits like `wait`
+#                                                  background (setsid): reward servers, warm-up, the GRPO arms
+#                                                  (max_concurrent_arms at once), evaluation; then waits like `wait`
 #   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
 #                                                  the status, packs what is finished to $OUT
 #   resume   (no carry)                            starts the driver again if it is not running (a killed driver or
