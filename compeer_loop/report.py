@@ -16,7 +16,7 @@ from typing import Any
 from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.runner import STATE_FILE, load_settings
-from compeer_loop.stats import add_item_figures, disjoint, summarise
+from compeer_loop.stats import add_item_figures, disjoint, judge_follows, summarise
 
 #: metrics.jsonl key(s) per curve (the first key present is drawn)
 CURVES: dict[str, tuple[str, ...]] = {
@@ -67,6 +67,10 @@ def _cell(f: dict[str, Any] | None) -> str:
     if f.get("lo") is None:
         return f"{f['value']:.2f}"
     return f"{f['value']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]"
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = None) -> str:
@@ -134,18 +138,47 @@ def goals(figs: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
-def _reward_movement(root: Path, s: LoopSettings) -> list[str]:
-    out = []
+def _quarters(root: Path, s: LoopSettings, key: str) -> dict[str, tuple[float, float]]:
+    """Per GRPO arm, the mean of a logged metric over the first and the last quarter of its steps."""
+    out = {}
     for arm in s.arms:
         path = root / arm / "metrics.jsonl"
         if not ARM_BY_NAME[arm].grpo or not path.exists():
             continue
-        ys = [float(r["reward"]) for r in read_jsonl(path) if isinstance(r.get("reward"), (int, float))]
+        ys = [float(r[key]) for r in read_jsonl(path) if isinstance(r.get(key), (int, float))]
         if len(ys) >= 2:
             k = max(1, len(ys) // 4)
-            first, last = sum(ys[:k]) / k, sum(ys[-k:]) / k
-            out.append(f"({arm}) {first:.2f} -> {last:.2f}")
+            out[arm] = (sum(ys[:k]) / k, sum(ys[-k:]) / k)
     return out
+
+
+def _reward_movement(root: Path, s: LoopSettings) -> list[str]:
+    return [f"({arm}) {first:.2f} -> {last:.2f}" for arm, (first, last) in _quarters(root, s, "reward").items()]
+
+
+def what_the_reward_follows(root: Path, s: LoopSettings) -> str:
+    """Two generated tables: what the trained judge's total follows in each policy's evaluated replies, and how
+    truncation, length and the format reward moved in training (first -> last quarter of the steps)."""
+    rows = [("| policy | replies (format ok, judged) | Spearman rho (length in words, total) | total, named strategy = "
+            "annotated (n) | total, other strategy (n) |"), "|---|---|---|---|---|"]
+    for p in s.eval_policies:
+        path = root / "eval" / p / "records.jsonl"
+        if not path.exists():
+            continue
+        f = judge_follows(read_jsonl(path))
+        rows.append(f"| {policy_label(p)} | {f['n']} | {_fmt(f['rho_length_total'])} | "
+                    f"{_fmt(f['total_strategy_right'])} ({f['n_right']}) | {_fmt(f['total_strategy_wrong'])} "
+                    f"({f['n_wrong']}) |")
+    keys = ("completions/clipped_ratio", "completions/mean_length", "compeer/format_reward_mean",
+            "compeer/preference_reward_mean")
+    moved = {k: _quarters(root, s, k) for k in keys}
+    train = [("| arm | truncated at max_completion_length | completion length (tokens) | format reward (the arm's judge) | "
+             "preference reward (the arm's judge) |"), "|---|---|---|---|---|"]
+    for arm in moved[keys[0]]:
+        train.append(f"| ({arm}) | " + " | ".join(
+            f"{moved[k][arm][0]:.2f} -> {moved[k][arm][1]:.2f}" if arm in moved[k] else "n/a" for k in keys) + " |")
+    return "\n".join([*rows, "", (f"In training (first -> last quarter of the steps; `max_completion_length` "
+                                  f"{s.max_completion_length}):"), "", *train])
 
 
 def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:
@@ -288,6 +321,9 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         *([notes.read_text().strip(), ""] if notes is not None else []),
         ("The ESC-Eval-style 5-round evaluation was not run: the only simulator and scorer available offline is "
          "SmolLM2-135M, which fails those formats (docs/compeer_loop.md, \"Not done\")."),
+        "",
+        "## What the reward follows (generated from the evaluation records and the training logs)",
+        what_the_reward_follows(root, s),
         "",
         "## Published ESConv figures, for scale",
         ("Their models are fine-tuned on ESConv (BlenderBot 90M-class and larger) and decode the reply alone; here a "

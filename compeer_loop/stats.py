@@ -106,3 +106,21 @@ def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
     if a.get("lo") is None or b.get("hi") is None:
         return None
     return bool(a["lo"] > b["hi"])
+
+
+def judge_follows(rs: Sequence[Record]) -> dict[str, Any]:
+    """What the trained judge's total follows in one policy's replies (format valid, judged): Spearman's rho between
+    the reply's length in words and the total, and the mean total when the named strategy is the annotated one and
+    when it is not (a reward that does not separate them cannot teach strategy choice). None where too few."""
+    from scipy.stats import spearmanr
+
+    ok = [r for r in rs if r.get("format_ok") and r.get("judge_status") == "ok" and r.get("reward_total") is not None]
+    right = [float(r["reward_total"]) for r in ok if r.get("gold_strategy") and r.get("strategy") == r["gold_strategy"]]
+    wrong = [float(r["reward_total"]) for r in ok if r.get("gold_strategy") and r.get("strategy") != r["gold_strategy"]]
+    rho = None
+    if len(ok) >= 3:
+        stat = float(spearmanr([len(str(r.get("text", "")).split()) for r in ok],
+                               [float(r["reward_total"]) for r in ok]).statistic)
+        rho = None if np.isnan(stat) else stat
+    return {"n": len(ok), "rho_length_total": rho, "total_strategy_right": _mean(right), "n_right": len(right),
+            "total_strategy_wrong": _mean(wrong), "n_wrong": len(wrong)}

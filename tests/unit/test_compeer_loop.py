@@ -407,3 +407,22 @@ def test_merge_joins_arms_trained_on_two_machines_and_refuses_what_is_not_compar
     with pytest.raises(ValueError, match="evaluation of c is in more than one folder"):
         merge_roots([m1, twice], tmp_path / "x3")
     assert main(["merge", "--out", str(tmp_path / "all"), str(m1), str(m2)]) == 2  # never over an existing folder
+
+
+def test_judge_follows_reports_length_correlation_and_strategy_gap_over_valid_judged_replies() -> None:
+    """The report's probe of what the reward follows: only format-valid, judged replies count; rho is Spearman's
+    between words and total; totals are split by whether the named strategy is the annotated one."""
+    from compeer_loop.stats import judge_follows
+
+    def rec(words: int, total: float, strategy: str, ok: bool = True, judged: str = "ok") -> dict[str, Any]:
+        return {"text": " ".join(["w"] * words), "reward_total": total, "format_ok": ok, "judge_status": judged,
+                "strategy": strategy, "gold_strategy": "Question"}
+
+    rs = [rec(5, 1.0, "Question"), rec(10, 2.0, "Other"), rec(20, 3.0, "Question"), rec(40, 4.0, "Other"),
+          rec(80, -5.0, "Question", ok=False), rec(3, 9.0, "Question", judged="failed")]
+    f = judge_follows(rs)
+    assert f["n"] == 4 and f["rho_length_total"] == pytest.approx(1.0)
+    assert (f["total_strategy_right"], f["n_right"], f["total_strategy_wrong"], f["n_wrong"]) == (2.0, 2, 3.0, 2)
+    assert judge_follows(rs[:2])["rho_length_total"] is None  # too few to rank
+    flat = judge_follows([rec(5, 1.0, "Question"), rec(10, 1.0, "Other"), rec(20, 1.0, "Other")])
+    assert flat["rho_length_total"] is None  # a constant total has no rank correlation: not made up
