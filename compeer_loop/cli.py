@@ -2,11 +2,12 @@
 
     compeer-loop prompts --train ESCONV/train.json --valid ESCONV/valid.json --out DATA
     compeer-loop plan    --root ROOT --prompts DATA [--steps 30 --arms a b c ... any LoopSettings field]
-    compeer-loop run     --root ROOT [--no-eval]     # servers, warm-up (a), GRPO arms at once, evaluation; resumable
+    compeer-loop run     --root ROOT [--no-eval]     # servers, warm-up (a), GRPO arms, evaluation; resumable
     compeer-loop status  --root ROOT                 # one line per arm / evaluation from ROOT/state.json
     compeer-loop warmup  --root ROOT                 # arm (a) alone (run starts it)
     compeer-loop eval    --root ROOT --policy NAME   # one policy (run starts them)
-    compeer-loop stop    --root ROOT                 # SIGTERM the reward servers run started
+    compeer-loop stop    --root ROOT                 # stop the reward servers run started
+    compeer-loop merge   --out ROOT SRC SRC...       # loop folders trained on different machines, into one
     compeer-loop report  --root ROOT --out DIR       # report.md, curves, side-by-side replies
 """
 

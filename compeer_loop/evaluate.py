@@ -4,6 +4,7 @@
 Outputs in ``ROOT/eval/<policy>/``: ``gold/`` (the evaluator's resumable run folder: the policy's raw output, its
 ``<response>``, ``<strategy>`` name and format validity per prompt), ``scored.jsonl`` (the trained judge's status and
 reward components per prompt, resumable), ``records.jsonl`` (both joined, with per-prompt ROUGE-L and length) and
+``esc.json`` (the ESC-Eval-style run's summary, from its resumable folder ``esc/``; ``esc_cards`` > 0) and
 ``done.json`` (counts). The figures and their bootstrap intervals are computed from ``records.jsonl`` by the report
 (:mod:`compeer_loop.stats`), where the metric libraries are installed (the GPU machine lacks nltk and rouge-score).
 A prompt the judge could not score keeps its status (``parse_failed``, ``timeout``, ...) and no reward.
@@ -21,11 +22,13 @@ from typing import Any
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from compeer_loop.plan import BASE_POLICY, LoopSettings, judge_servers
-from compeer_loop.prompts import EVAL_FILE, read_jsonl
+from compeer_loop.prompts import CARDS_FILE, EVAL_FILE, read_jsonl
 from compeer_loop.runner import load_settings, policy_dir
 from evaluator.backends import ROLES, ModelSpec, build_roles, resolve_spec
+from evaluator.esc_eval import EscConfig, run_card
+from evaluator.esc_eval import summarise as summarise_esc
 from evaluator.gold import GoldConfig, run_turn
-from evaluator.inputs import GoldTurn
+from evaluator.inputs import GoldTurn, load_cards
 from evaluator.prompts import load_prompts
 from evaluator.runs import RunDir, run_items
 from judge.model_store import DEFAULT_MODEL, resolve_model
@@ -104,6 +107,28 @@ async def generate(root: Path, s: LoopSettings, name: str, out: Path) -> list[di
         await roles.aclose()
 
 
+async def esc(root: Path, s: LoopSettings, name: str, out: Path) -> dict[str, Any]:
+    """The ESC-Eval-style evaluation of one policy (resumable evaluator run in ``out/esc``): ``esc_rounds`` rounds
+    with a simulated seeker on the first ``esc_cards`` cards of the valid dialogues, then 7 dimensions scored 0-4;
+    simulator and scorer are the base model (named in the summary). Returns the evaluator's summary + identities."""
+    cards = load_cards(Path(s.prompts) / CARDS_FILE)[: s.esc_cards]
+    spec = policy_spec(root, s, name)
+    helper = ModelSpec(model=_base_path(s), device=s.device, max_tokens=s.eval_max_tokens, temperature=0.0)
+    specs = {"model": spec, "simulator": helper, "scorer": helper}
+    identities = {r: resolve_spec(x).identity for r, x in specs.items()}
+    cfg = EscConfig(rounds=s.esc_rounds, model_format="cer")
+    run = RunDir.open(out / "esc", "esc", {"policy": name, "roles": identities, "harness": cfg.as_dict(),
+                                           "cards": [c.id for c in cards]})
+    roles = build_roles(specs, run.cache_dir, s.seed)
+    prompts = load_prompts(None)
+    try:
+        records = await run_items(run, [(c.id, c) for c in cards], lambda c: run_card(c, roles, prompts, cfg),
+                                  s.eval_concurrency, f"esc {name}")
+    finally:
+        await roles.aclose()
+    return {**summarise_esc(records, prompts), "roles": identities, "rounds": s.esc_rounds}
+
+
 def _score_fields(outcome: Any) -> dict[str, Any]:
     if isinstance(outcome, ErrorInfo):
         return {"judge_status": "invalid_input", "judge_error": f"{outcome.code} {outcome.field}"}
@@ -141,7 +166,7 @@ async def score(records: list[dict[str, Any]], address: str, path: Path) -> dict
     return done
 
 
-DONE_FILE = "done.json"
+DONE_FILE, ESC_FILE = "done.json", "esc.json"
 
 
 def evaluate_policy(root: Path, name: str) -> dict[str, Any]:
@@ -159,5 +184,9 @@ def evaluate_policy(root: Path, name: str) -> dict[str, Any]:
     statuses = Counter(str(r.get("judge_status")) for r in joined if r.get("status") == "ok")
     counts = {"policy": name, "prompts": len(joined), "answered": sum(1 for r in joined if r.get("status") == "ok"),
               "judge_status": dict(statuses)}
+    if s.esc_cards > 0:
+        summary = asyncio.run(esc(root, s, name, out))
+        (out / ESC_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        counts["esc_statuses"] = summary["statuses"]
     (out / DONE_FILE).write_text(json.dumps(counts, indent=2) + "\n")
     return counts

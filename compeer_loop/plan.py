@@ -97,6 +97,10 @@ class LoopSettings:
                                      metadata=_help("policies evaluated (arms + `base`)"))
     eval_max_tokens: int = field(default=200, metadata=_help("new tokens per evaluation reply (greedy)"))
     eval_limit: int | None = field(default=None, metadata=_help("evaluate on the first N eval prompts (None: all)"))
+    esc_cards: int = field(default=50, metadata=_help(
+        "ESC-Eval-style dialogues per policy (the first N cards of the valid dialogues; simulator and scorer: the "
+        "base SmolLM2-135M-Instruct, the only model offline); 0: not run"))
+    esc_rounds: int = field(default=5, metadata=_help("seeker/policy rounds of each ESC-Eval-style dialogue"))
     eval_concurrency: int = field(default=64, metadata=_help("evaluation requests in flight per policy"))
     server_wait_s: float = field(default=420.0, metadata=_help("how long a reward server may take to become ready"))
     base_port: int = field(default=50061, metadata=_help("gRPC port of the first judge server (HTTP: base_port + 100 + i)"))
@@ -110,6 +114,8 @@ class LoopSettings:
             raise ValueError(f"eval_policies {bad}: expected `base` or arm names")
         if self.steps < 1 or self.warmup_steps < 1 or self.save_steps < 1:
             raise ValueError("steps, warmup_steps and save_steps must be >= 1 (every GRPO arm starts from the warm-up)")
+        if self.esc_cards < 0 or self.esc_rounds < 1:
+            raise ValueError(f"esc_cards must be >= 0 and esc_rounds >= 1 (got {self.esc_cards}, {self.esc_rounds})")
         if self.max_concurrent_arms < 1:
             raise ValueError(f"max_concurrent_arms must be >= 1 (got {self.max_concurrent_arms})")
         if self.device not in ("cuda", "cpu"):
@@ -121,7 +127,8 @@ class LoopSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoopSettings:
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        # a plan written before the ESC-Eval-style step existed did not run it
+        return cls(**{"esc_cards": 0, **{k: v for k, v in data.items() if k in names}})
 
 
 def judge_servers(s: LoopSettings) -> dict[str, JudgeServer]:

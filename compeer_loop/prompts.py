@@ -10,6 +10,8 @@
   stage's :func:`data_builder.silver.true_facts` and phrasings) and whose response is the real supporter turn;
 - ``eval.jsonl``: one sampled round per valid dialogue (``id``, ``dialogue_id``, ``history``, ``reference``,
   ``strategy``: the annotated strategy of the real turn, normalised to the taxonomy);
+- ``cards.json``: ESC-Eval role cards of the valid dialogues (:func:`evaluator.inputs.cards_from_esconv`, file
+  order), for the ESC-Eval-style evaluation of every policy;
 - ``manifest.json``: the inputs' sha256, the parameters and the counts.
 
 No dialogue of the valid file enters a training set (checked: the dialogue ids are disjoint, else ValueError).
@@ -31,8 +33,10 @@ from data_builder.records import Record, base_dialogue_id
 from data_builder.sample import sample_dialogues
 from data_builder.silver import true_facts
 from data_builder.silver_text import load_config, render_steps
+from evaluator.inputs import cards_from_esconv
 
 TRAIN_FILE, WARMUP_FILE, EVAL_FILE, MANIFEST_FILE = "grpo_train.jsonl", "warmup.jsonl", "eval.jsonl", "manifest.json"
+CARDS_FILE = "cards.json"
 
 
 def _sha256(path: Path) -> str:
@@ -109,14 +113,16 @@ def build_prompt_sets(train_json: Path, valid_json: Path, out: Path, *, train_ro
         if not rows:
             raise ValueError(f"{name}: no rows (check the inputs)")
         _write_jsonl(out / name, rows)
+    cards = [c.to_json() for c in cards_from_esconv(valid_json)]
+    (out / CARDS_FILE).write_text(json.dumps(cards, ensure_ascii=False) + "\n", encoding="utf-8")
     manifest = {
         "inputs": {"train": {"path": str(train_json), "sha256": _sha256(train_json), "dialogues": n_train},
                    "valid": {"path": str(valid_json), "sha256": _sha256(valid_json), "dialogues": n_valid}},
         "params": {"train_rounds_per_dialogue": train_rounds, "eval_rounds_per_dialogue": eval_rounds,
                    "max_eval": max_eval, "seed": seed},
         "counts": {"grpo_train": len(train), "warmup": len(warm), "eval": len(ev),
-                   "eval_with_strategy": sum(1 for r in ev if r["strategy"])},
-        "files": {name: _sha256(out / name) for name in (TRAIN_FILE, WARMUP_FILE, EVAL_FILE)},
+                   "eval_with_strategy": sum(1 for r in ev if r["strategy"]), "cards": len(cards)},
+        "files": {name: _sha256(out / name) for name in (TRAIN_FILE, WARMUP_FILE, EVAL_FILE, CARDS_FILE)},
     }
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest

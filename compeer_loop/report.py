@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from compeer_loop.evaluate import ESC_FILE
 from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.runner import STATE_FILE, load_settings
@@ -136,6 +137,29 @@ def goals(figs: dict[str, dict[str, Any]]) -> list[str]:
     else:
         out.append("unified (c) vs PRM + ORM (f): (f) was not evaluated (see the run status below)")
     return out
+
+
+def esc_section(root: Path, s: LoopSettings) -> str:
+    """The ESC-Eval-style evaluation per policy (``eval/<policy>/esc.json``), the scorer named, and how often its
+    output gave no score."""
+    runs = [(p, json.loads((root / "eval" / p / ESC_FILE).read_text())) for p in s.eval_policies
+            if (root / "eval" / p / ESC_FILE).exists()]
+    if not runs:
+        return ("Not run in this loop folder (`esc_cards` 0, or run before the loop had this step); "
+                "`compeer-eval esc` runs it on its own (docs/evaluator.md).")
+    dims = list(runs[0][1]["dimensions"])
+    rows = [f"| policy | dialogues ok / run | average % | {' | '.join(dims)} | scores unparsed % | CER format ok % |",
+            "|" + "---|" * (len(dims) + 5)]
+    for p, e in runs:
+        ok = e["statuses"].get("ok", 0)
+        unparsed = 100.0 * e["unparsed_total"] / (ok * len(dims)) if ok else None
+        rows.append(f"| {policy_label(p)} | {ok} / {e['dialogues']} | {_fmt(e['average_percent'])} | "
+                    + " | ".join(_fmt(e["dimensions"][d]["mean"]) for d in dims)
+                    + f" | {_fmt(unparsed)} | {_fmt((e.get('cer') or {}).get('format_ok_rate'))} |")
+    e0 = runs[0][1]
+    return "\n".join([(f"{e0['rounds']} rounds per dialogue; simulated seeker `{e0['roles']['simulator']}`, scorer "
+                      f"`{e0['roles']['scorer']}` (0-4 per dimension; a mean is over the scores that parsed). With a "
+                      "135M scorer these scores say little; the unparsed share says how little."), "", *rows])
 
 
 def _quarters(root: Path, s: LoopSettings, key: str) -> dict[str, tuple[float, float]]:
@@ -319,8 +343,8 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         conclusion(goals(figs), root, s, eval_steps),
         "",
         *([notes.read_text().strip(), ""] if notes is not None else []),
-        ("The ESC-Eval-style 5-round evaluation was not run: the only simulator and scorer available offline is "
-         "SmolLM2-135M, which fails those formats (docs/compeer_loop.md, \"Not done\")."),
+        "## ESC-Eval-style evaluation (cards from valid dialogues)",
+        esc_section(root, s),
         "",
         "## What the reward follows (generated from the evaluation records and the training logs)",
         what_the_reward_follows(root, s),

@@ -11,11 +11,11 @@ is resumed up to ``max_restarts`` times, then marked failed; it never stops the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +36,7 @@ from compeer_loop.plan import (
     server_argv,
     warmup_argv,
 )
+from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory
 
 log = logging.getLogger(__name__)
 PLAN_FILE, STATE_FILE, DONE_FILE = "plan.json", "state.json", "DONE"
@@ -55,42 +56,6 @@ def policy_dir(root: Path, name: str) -> Path | None:
         return None
     path = root / name / ("final" if arm.grpo else WARMUP_ADAPTER)
     return path if (path / "adapter_config.json").is_file() else None
-
-
-def file_sha256(path: Path) -> str | None:
-    """The sha256 of a file (None when it is missing)."""
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def out_of_gpu_memory(log_file: Path) -> bool:
-    """Whether a process's log ends with a CUDA out-of-memory error (its last 16 KB)."""
-    if not log_file.is_file():
-        return False
-    with log_file.open("rb") as fh:
-        fh.seek(max(0, log_file.stat().st_size - 16384))
-        tail = fh.read().decode("utf-8", "replace")
-    return "torch.OutOfMemoryError" in tail or "CUDA out of memory" in tail
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child still "exists": reap it if it is ours
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done == 0
 
 
 def ready(server: JudgeServer, timeout_s: float = 2.0) -> bool:
@@ -115,7 +80,7 @@ class Job:
         """The exit code, or None while it runs (an adopted process reports -1 when gone: its files decide)."""
         if self.proc is not None:
             return self.proc.poll()
-        return None if _alive(self.pid) else -1
+        return None if alive(self.pid) else -1
 
 
 class Driver:
@@ -151,7 +116,7 @@ class Driver:
     def _adopt(self, name: str, pid_file: Path) -> Job | None:
         if pid_file.exists():
             pid = int(pid_file.read_text().strip() or 0)
-            if pid > 0 and _alive(pid):
+            if pid > 0 and alive(pid):
                 log.info("adopting %s (pid %d) from an earlier driver", name, pid)
                 return Job(name, pid)
         return None
@@ -378,10 +343,20 @@ class Driver:
         return self.state
 
 
-def stop_servers(root: Path) -> None:
-    """SIGTERM the reward servers this loop started (pids in ``ROOT/servers``)."""
+def stop_servers(root: Path, wait_s: float = 30.0) -> None:
+    """SIGTERM the reward servers this loop started (pids in ``ROOT/servers``) and wait until they are gone (SIGKILL
+    after ``wait_s``), so that a finished driver leaves no server shutting down (and holding GPU memory) behind."""
+    stopping = []
     for pid_file in sorted((root / "servers").glob("*.pid")):
         pid = int(pid_file.read_text().strip() or 0)
-        if pid > 0 and _alive(pid):
-            os.kill(pid, 15)
-            log.info("stopped %s (pid %d)", pid_file.stem, pid)
+        if pid > 0 and alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            stopping.append((pid_file.stem, pid))
+    deadline = time.time() + wait_s
+    for name, pid in stopping:
+        while alive(pid) and time.time() < deadline:
+            time.sleep(0.2)
+        if alive(pid):
+            log.warning("%s (pid %d) still running %.0f s after SIGTERM: SIGKILL", name, pid, wait_s)
+            os.kill(pid, signal.SIGKILL)
+        log.info("stopped %s (pid %d)", name, pid)

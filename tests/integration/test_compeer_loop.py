@@ -43,7 +43,9 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
                      "--profile", "cpu-smoke", "--device", "cpu", "--no-static-cache", "--warmup-steps", "1",
                      "--save-steps", "1", "--max-completion-length", "16", "--grpo-sets", "max_prompts=2",
                      "per_device_train_batch_size=2", "--eval-policies", "a", "c", "--eval-limit", "2",
-                     "--eval-max-tokens", "16", "--eval-concurrency", "2", "--base-port", str(free_port())]) == 0
+                     "--eval-max-tokens", "16", "--eval-concurrency", "2", "--esc-cards", "1", "--esc-rounds", "1",
+                     "--base-port", str(free_port())]) == 0
+    assert len(json.loads((data / "cards.json").read_text())) == 2  # one ESC-Eval card per valid dialogue
 
     first = _run(root)
     logs = "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted((root / "logs").glob("*.log")))
@@ -65,6 +67,9 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
         assert len(records) == 2 and all(r["status"] == "ok" for r in records)
         assert all(r["judge_status"] in ("ok", "parse_failed") for r in records), records
         assert all(r["reward_format"] is not None for r in records)
+        esc = json.loads((root / "eval" / policy / "esc.json").read_text())  # 1 card, 1 round, base as scorer
+        assert esc["dialogues"] == 1 and esc["rounds"] == 1 and len(esc["dimensions"]) == 7, esc
+        assert esc["roles"]["scorer"] == esc["roles"]["simulator"] != esc["roles"]["model"]
 
     # started again: every arm and evaluation is done, so nothing is trained or evaluated again
     sizes = {p.name: p.stat().st_size for p in (root / "logs").glob("*.log")}
@@ -76,6 +81,7 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
     report = write_report(root, tmp_path / "report", n_boot=50)
     text = report.read_text()
     assert "| (a) SFT warm-up only |" in text and "| (c) GRPO, trained judge, reweighting paper |" in text
+    assert "## ESC-Eval-style evaluation" in text and "scores unparsed %" in text
     figures = json.loads((tmp_path / "report" / "figures.json").read_text())
     assert figures["c"]["figures"]["format_ok"]["value"] is not None
     assert (tmp_path / "report" / "curves_reward.png").exists()

@@ -271,6 +271,18 @@ def test_max_concurrent_arms_is_validated() -> None:
         LoopSettings(max_concurrent_arms=0)
 
 
+def test_esc_settings_are_validated_and_an_older_plan_did_not_run_the_esc_step() -> None:
+    with pytest.raises(ValueError, match="esc_cards"):
+        LoopSettings(esc_cards=-1)
+    with pytest.raises(ValueError, match="esc_rounds"):
+        LoopSettings(esc_rounds=0)
+    assert LoopSettings().esc_cards == 50
+    old = LoopSettings().to_json()
+    del old["esc_cards"], old["esc_rounds"]
+    assert LoopSettings.from_json(old).esc_cards == 0
+    assert LoopSettings.from_json(LoopSettings(esc_cards=7).to_json()).esc_cards == 7
+
+
 def test_distinct_intervals_are_shifted_onto_the_figure() -> None:
     """Resampling repeats replies, which lowers distinct-n; the shifted interval still holds the figure."""
     from compeer_loop.stats import FIGURES

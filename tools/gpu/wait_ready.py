@@ -8,26 +8,12 @@ or ``from wait_ready import wait_ready`` with ``tools/gpu`` on ``sys.path``. Exi
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import urllib.error
 import urllib.request
 
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie, exited but not reaped, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+from compeer_loop.procs import alive  # the repository root is on PYTHONPATH in the GPU scripts
 
 
 def tail(path: str, lines: int = 30) -> str:
