@@ -17,7 +17,7 @@
 #                                                  arm continues from its checkpoints), then waits like `wait`
 #   stop     (no carry)                            stops the driver and the reward servers, packs to $OUT
 # Across machines (one is held 30 min at most; /tmp is lost with it):
-#   TRAIN_JUDGES='prm orm' on `start` also trains the PRM and ORM judges for arm (f) in the background
+#   TRAIN_JUDGES='prm orm' on `start` (with ARMS=a) also trains the PRM and ORM judges for arm (f) in the background
 #     (tools/gpu/judge_esconv.sh judges: the shipped judge's profile and steps; needs .gpu-judge carried on `stage`,
 #     from `bash tools/gpu/judge_esconv.sh pack`)
 #   export   (no carry)                            packs arm (a)'s warm-up adapter (float32, exact) and the PRM/ORM
@@ -77,6 +77,7 @@ wait_driver() {
 export_parts() {  # what a later machine needs, in parts of at most 15 MiB, then up to 56 MiB of them per call
   if [ ! -f $X/export.sha256 ]; then
     [ -f $L/a/warmup/adapter/adapter_config.json ] || { echo "export: arm (a) has no warm-up adapter yet"; return 1; }
+    if [ -f $L/judges.log ] && [ ! -f $J/JUDGES_DONE ]; then echo "export: the judges are still training"; return 1; fi
     mkdir -p $X/tmp && tar -cf $X/tmp/warmup.tar -C $L a/warmup/adapter || return 1
     for v in prm orm; do [ -f $J/$v-bf16/adapter_config.json ] && { tar -cf $X/tmp/$v-bf16.tar -C $J $v-bf16 || return 1; }; done
     ( cd $X/tmp && sha256sum *.tar > ../export.sha256 && for t in *.tar; do split -b 15M -d "$t" "../$t.part-"; done ) || return 1
@@ -101,7 +102,8 @@ import_parts() {  # restore what an earlier machine exported (checked against it
     tar -xf $I/warmup.tar -C $L && grep warmup.tar $I/export.sha256 > $L/a/RESTORED || return 1
   fi
   mkdir -p $S/judges && for v in prm orm; do [ -f $I/$v-bf16.tar ] && { tar -xf $I/$v-bf16.tar -C $S/judges || return 1; }; done
-  [ -d $S/judges/prm-bf16 ] && PRM_ADAPTER=${PRM_ADAPTER:-$S/judges/prm-bf16} ORM_ADAPTER=${ORM_ADAPTER:-$S/judges/orm-bf16}
+  [ -d $S/judges/prm-bf16 ] && [ -d $S/judges/orm-bf16 ] && PRM_ADAPTER=${PRM_ADAPTER:-$S/judges/prm-bf16} \
+    ORM_ADAPTER=${ORM_ADAPTER:-$S/judges/orm-bf16}
   echo "import: warm-up restored in $L/a/warmup/adapter${PRM_ADAPTER:+; PRM $PRM_ADAPTER, ORM ${ORM_ADAPTER:-}}"
 }
 
@@ -131,12 +133,16 @@ export)
   export_parts
   ;;
 start)
+  if [ -n "${TRAIN_JUDGES:-}" ]; then
+    [ -f "$S"/esconv.tar.xz ] || { echo "TRAIN_JUDGES needs .gpu-judge carried on stage"; exit 1; }
+    # the PRM judge's training held 64.5 GB of the H200: beside a GRPO arm (up to 74 GB) it runs the arm out of memory
+    [ "${ARMS:-}" = a ] || { echo "TRAIN_JUDGES runs with ARMS=a only (the warm-up): no GRPO arm beside it"; exit 1; }
+  fi
   bash tools/gpu/device_evidence.sh prepare || exit 1   # the GGUF (sha256 checked) and MiniLM (fp32) in $S
   python3 -m judge.model_store bfloat16 --adapter none || exit 1   # the base (policy, untrained judge)
   python3 -m judge.model_store bfloat16 || exit 1                  # the shipped trained judge, merged
   import_parts || exit 1
   if [ -n "${TRAIN_JUDGES:-}" ]; then
-    [ -f "$S"/esconv.tar.xz ] || { echo "TRAIN_JUDGES needs .gpu-judge carried on stage"; exit 1; }
     setsid nohup bash tools/gpu/judge_esconv.sh judges $TRAIN_JUDGES > $L/judges.log 2>&1 < /dev/null &
     echo "judges $TRAIN_JUDGES: training in the background (log $J/train-*.log, outcome $J/JUDGES_DONE)"
   fi
