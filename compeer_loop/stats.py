@@ -117,10 +117,10 @@ def judge_follows(rs: Sequence[Record]) -> dict[str, Any]:
     ok = [r for r in rs if r.get("format_ok") and r.get("judge_status") == "ok" and r.get("reward_total") is not None]
     right = [float(r["reward_total"]) for r in ok if r.get("gold_strategy") and r.get("strategy") == r["gold_strategy"]]
     wrong = [float(r["reward_total"]) for r in ok if r.get("gold_strategy") and r.get("strategy") != r["gold_strategy"]]
-    rho = None
-    if len(ok) >= 3:
-        stat = float(spearmanr([len(str(r.get("text", "")).split()) for r in ok],
-                               [float(r["reward_total"]) for r in ok]).statistic)
-        rho = None if np.isnan(stat) else stat
+    lengths = [len(str(r.get("text", "")).split()) for r in ok]
+    totals = [float(r["reward_total"]) for r in ok]
+    rho = None  # undefined with fewer than 3 replies or a constant side
+    if len(ok) >= 3 and len(set(lengths)) > 1 and len(set(totals)) > 1:
+        rho = float(spearmanr(lengths, totals).statistic)
     return {"n": len(ok), "rho_length_total": rho, "total_strategy_right": _mean(right), "n_right": len(right),
             "total_strategy_wrong": _mean(wrong), "n_wrong": len(wrong)}
