@@ -15,7 +15,12 @@
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --no-line-bound when
 #            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
 #            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all; TRAIN_ARGS:
-#            more policy_trainer options, e.g. TRL's vLLM generation, docs/gpu.md)
+#            more policy_trainer options)
+#   generation  carry .gpu-policy/c3 + compeer, after tools/gpu/vllm_judge.sh install: as run, but two GRPO runs
+#            side by side against one judge server: the policy generating through transformers, then through TRL's
+#            colocated vLLM (same SFT warm-up, trained once and copied; STEPS each; POLICY_VLLM_MEMORY, default 0.25,
+#            the policy engine's share of the card; the judge is JUDGE_MODEL, here `default`: the shipped judge,
+#            which tools/gpu/vllm_judge.sh stage prepared); metrics/summary/plots/train logs with suffixes -hf, -vllm
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -73,7 +78,50 @@ vLLM is not installed in /tmp/vsite: run tools/gpu/vllm_judge.sh install with ea
 or pass JUDGE_BACKEND=transformers explicitly" >&2; return 1; }
 }
 
-case "${1:?install|stage|prepare|bench|run}" in
+budget_left() { echo $(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) )); }
+start_server() {  # the judge server in the background ($SERVER), ready or failed with its log's tail
+  [ -f compeer/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer\"" >&2; return 1; }
+  need_vllm || return 1
+  echo "judge engine: $JUDGE_BACKEND${JUDGE_RATIONALE_BOUND:+ (rationale bound $JUDGE_RATIONALE_BOUND)}"
+  prepare || return 1
+  # JUDGE_MODEL: /tmp/smollm2 (the untrained base, the default of `run`) or `default`, the shipped judge merged
+  # into the base (tools/gpu/vllm_judge.sh stage converts it once into the cache below)
+  local model=${JUDGE_MODEL:-/tmp/smollm2}
+  [ "$model" = default ] && export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf
+  local args=(serve --backend "$JUDGE_BACKEND" --model "$model" --device cuda --embedding-model "$S"/minilm-q8
+              --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
+  [ "${JUDGE_STATIC_CACHE:-false}" = true ] && args+=(--static-cache)
+  [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && args+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
+  [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && args+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
+  [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && args+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
+  [ "${JUDGE_LINE_BOUND:-true}" = false ] && args+=(--no-line-bound)
+  [ -n "${JUDGE_ADAPTER:-}" ] && args+=(--adapter "$JUDGE_ADAPTER")
+  [ -n "${JUDGE_RATIONALE_BOUND:-}" ] && args+=(--rationale-bound "$JUDGE_RATIONALE_BOUND")
+  # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores
+  TOKENIZERS_PARALLELISM=true python3 -m reward_server.cli "${args[@]}" > "$OUT"/server.log 2>&1 &
+  SERVER=$!
+  # fails fast, with the log's tail, when the server exits before it is ready
+  python3 tools/gpu/wait_ready.py http://127.0.0.1:8000/readyz "$SERVER" "$OUT"/server.log 240 \
+    || { kill "$SERVER" 2>/dev/null; return 1; }
+}
+stop_server() { kill -TERM "$SERVER"; wait "$SERVER"; }
+train() {  # train DIR BUDGET_S [more policy_trainer args]: the GRPO run of this evidence (warm-up included)
+  local dir=$1 budget=$2; shift 2
+  echo "training budget ${budget} s ($dir)" >&2
+  timeout "$budget" python3 -m policy_trainer.cli grpo --config gpu-paper \
+    --policy-model /tmp/smollm2 --reward-server 127.0.0.1:50051 --out "$dir" --max-steps "${STEPS:-24}" \
+    --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \
+    --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true \
+    "$@"
+}
+collect() {  # collect DIR SUFFIX: metrics, summary and plots to $OUT
+  cp "$1"/metrics.jsonl "$OUT"/metrics$2.jsonl 2>/dev/null
+  cp "$1"/summary.json "$OUT"/summary$2.json 2>/dev/null
+  tar -cf "$OUT"/plots$2.tar -C "$1" plots 2>/dev/null
+  return 0
+}
+
+case "${1:?install|stage|prepare|bench|run|generation}" in
 prepare)  # alone (tools/gpu/compeer_loop.sh start): the GGUF and MiniLM in /tmp/cp-stage, /tmp/smollm2
   prepare || exit 1
   ;;
@@ -98,39 +146,38 @@ bench)
   TOKENIZERS_PARALLELISM=true python3 -m bench.hf_judge_engine --model /tmp/smollm2 --device cuda ${BENCH_ARGS:-} || exit 1
   cp bench/results/hf_judge_engine.json bench/results/grammar_fill.json "$OUT"/
   ;;
-run)
+run)  # one GRPO run against the judge server
   T0=$(date +%s)
-  [ -f compeer/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer\"" >&2; exit 1; }
-  need_vllm || exit 1
-  echo "judge engine: $JUDGE_BACKEND${JUDGE_RATIONALE_BOUND:+ (rationale bound $JUDGE_RATIONALE_BOUND)}"
-  prepare || exit 1
-  SERVE_ARGS=(serve --backend "$JUDGE_BACKEND" --model /tmp/smollm2 --device cuda --embedding-model "$S"/minilm-q8
-              --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
-  [ "${JUDGE_STATIC_CACHE:-false}" = true ] && SERVE_ARGS+=(--static-cache)
-  [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && SERVE_ARGS+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
-  [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && SERVE_ARGS+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
-  [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && SERVE_ARGS+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
-  [ "${JUDGE_LINE_BOUND:-true}" = false ] && SERVE_ARGS+=(--no-line-bound)
-  [ -n "${JUDGE_ADAPTER:-}" ] && SERVE_ARGS+=(--adapter "$JUDGE_ADAPTER")
-  [ -n "${JUDGE_RATIONALE_BOUND:-}" ] && SERVE_ARGS+=(--rationale-bound "$JUDGE_RATIONALE_BOUND")
-  # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores
-  TOKENIZERS_PARALLELISM=true python3 -m reward_server.cli "${SERVE_ARGS[@]}" > "$OUT"/server.log 2>&1 &
-  SERVER=$!
-  # fails fast, with the log's tail, when the server exits before it is ready
-  python3 tools/gpu/wait_ready.py http://127.0.0.1:8000/readyz "$SERVER" "$OUT"/server.log 240 \
-    || { kill "$SERVER" 2>/dev/null; exit 1; }
-  BUDGET=$(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) ))
-  echo "training budget ${BUDGET} s"
-  timeout "$BUDGET" python3 -m policy_trainer.cli grpo --config gpu-paper \
-    --policy-model /tmp/smollm2 --reward-server 127.0.0.1:50051 --out /tmp/run --max-steps "${STEPS:-24}" \
-    --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \
-    --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true \
-    ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
+  start_server || exit 1
+  train /tmp/run "$(budget_left)" ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
   echo "train exit $?"
-  cp /tmp/run/metrics.jsonl "$OUT"/ 2>/dev/null
-  cp /tmp/run/summary.json "$OUT"/ 2>/dev/null
-  tar -cf "$OUT"/plots.tar -C /tmp/run plots 2>/dev/null
-  kill -TERM "$SERVER"; wait "$SERVER"
+  collect /tmp/run ""
+  stop_server
   grep -E "step [0-9]+/|WARNING|Error" "$OUT"/train.log | tail -40
+  ;;
+generation)  # issue 16 item 5: the policy generating through transformers, then through TRL's colocated vLLM,
+  # side by side in one call: same judge server, same SFT warm-up (trained once, copied), same seed and STEPS each
+  T0=$(date +%s)
+  [ -f /tmp/vsite/.compeer-vllm ] || { echo "TRL's vLLM generation needs vLLM: run tools/gpu/vllm_judge.sh install \
+with each .gpu-vllm/pK first (docs/gpu.md)" >&2; exit 1; }
+  case ":$PYTHONPATH:" in *:/tmp/vsite:*) ;; *) export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0 ;; esac
+  JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
+  rm -rf /tmp/run-hf /tmp/run-vllm
+  train /tmp/run-hf "$(( $(budget_left) - ${VLLM_RUN_RESERVE_S:-200} ))" > "$OUT"/train-hf.log 2>&1
+  echo "transformers generation: train exit $?"
+  collect /tmp/run-hf -hf
+  mkdir -p /tmp/run-vllm/warmup && cp -r /tmp/run-hf/warmup/adapter /tmp/run-vllm/warmup/ || exit 1
+  # TRL's colocate mode runs vLLM under torch.distributed's one-process launch (external_launcher)
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} \
+    train /tmp/run-vllm "$(budget_left)" --set use_vllm=true --set vllm_mode=colocate \
+    --set vllm_gpu_memory_utilization="${POLICY_VLLM_MEMORY:-0.25}" > "$OUT"/train-vllm.log 2>&1
+  echo "vLLM generation: train exit $?"
+  collect /tmp/run-vllm -vllm
+  stop_server
+  for f in "$OUT"/summary-hf.json "$OUT"/summary-vllm.json; do
+    [ -f "$f" ] && python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
+print(sys.argv[1].rsplit("/", 1)[-1], {k: s.get(k) for k in ("steps_logged", "step_time_mean_s", "reward_wait_mean_s",
+      "reward_wait_share", "reward_call_failures")})' "$f"
+  done
   ;;
 esac
