@@ -218,7 +218,9 @@ def conclusion(checks: list[str], root: Path, s: LoopSettings, eval_steps: dict[
     missed = [c.split(":")[0] for c in checks if ": missed" in c]
     unmeasured = [c.split(":")[0] for c in checks if ": met" not in c and ": missed" not in c]
     moves = _reward_movement(root, s)
-    lines = [f"At SmolLM2-135M with {_steps_phrase(s, eval_steps)}, {len(met)} of {len(checks)} checks are met."]
+    measured = len(met) + len(missed)
+    lines = [f"At SmolLM2-135M with {_steps_phrase(s, eval_steps)}, {len(met)} of {len(checks)} checks are met"
+             + (f" ({measured} measured)." if measured < len(checks) else ".")]
     if met:
         lines.append("Supported by the data: " + "; ".join(met) + ".")
     if missed:

@@ -15,7 +15,7 @@ import torch
 from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings, grpo_argv, judge_servers
-from compeer_loop.report import goals
+from compeer_loop.report import conclusion, goals
 from compeer_loop.stats import bootstrap, disjoint
 from policy_trainer.config import load_config, parse_override
 from policy_trainer.runner import ModeRoutingClient
@@ -90,6 +90,19 @@ def test_goals_are_stated_from_the_figures() -> None:
     assert "(f) was not evaluated" in out[11]
     del figs["c"]
     assert all("not measured" in line for line in goals(figs)[:5])
+
+
+def test_the_conclusion_counts_what_was_measured(tmp_path: Path) -> None:
+    s = LoopSettings(prompts=str(tmp_path), arms=["a"])
+    partial = goals({"a": {"figures": {"strategy_accuracy": _fig(10, 8, 12)}}})
+    text = conclusion(partial, tmp_path, s)
+    assert f"0 of {len(partial)} checks are met (0 measured)." in text
+    assert "Not measured in this run: (c) beats (a) on strategy accuracy" in text
+    figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "distinct_2": _fig(*v)}}
+            for p, v in {"a": (10, 8, 12), "b": (20, 15, 25), "c": (30, 28, 32), "d": (30, 20, 40),
+                         "e": (25, 24, 26), "f": (1, 0, 2)}.items()}
+    full = goals(figs)
+    assert "checks are met." in conclusion(full, tmp_path, s)
 
 
 class _Recording:
