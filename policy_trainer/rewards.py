@@ -116,6 +116,7 @@ class RewardBatchStats:
     rpc_s: float = 0.0
     total_s: float = 0.0
     server_inference_ms: list[float] = field(default_factory=list)
+    server_group_ms: list[float] = field(default_factory=list)  # queue + inference of each group
 
     def metrics(self) -> dict[str, float]:
         """Metric name (without prefix) -> value; means over empty lists are left out rather than made up."""
@@ -137,6 +138,10 @@ class RewardBatchStats:
         for name, values in means.items():
             if values:
                 out[name] = sum(values) / len(values)
+        if self.server_group_ms:
+            # groups are judged concurrently, so a call lasts at least its slowest group; the rest of
+            # reward_call_latency_s is transport, (de)serialisation and the client
+            out["server_group_max_ms"] = max(self.server_group_ms)
         return out
 
 
@@ -352,6 +357,7 @@ def _group_results(outcome: GroupResponse | ErrorInfo | None, size: int,
         raise RuntimeError(f"reward server answered {len(outcome.results)} candidates for {size} sent")
     if outcome.meta.inference_ms:
         stats.server_inference_ms.append(outcome.meta.inference_ms)
+        stats.server_group_ms.append(outcome.meta.queue_ms + outcome.meta.inference_ms)
     return outcome.results
 
 

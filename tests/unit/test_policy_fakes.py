@@ -68,7 +68,7 @@ def _result(score: FakeScore, mode: JudgeMode, with_similarity: bool) -> Candida
 def _meta(mode: JudgeMode) -> GroupMeta:
     sampling = SamplingInfo(temperature=0.0, top_p=1.0, max_tokens=64, seed=0, max_retries=1, constrained=False)
     return GroupMeta(model="fake-judge", revision="0", adapter=None, template_version="fake", sampling=sampling,
-                     mode=mode, inference_ms=12.0)
+                     mode=mode, queue_ms=3.0, inference_ms=12.0)
 
 
 class FakeRewardClient:

@@ -73,6 +73,7 @@ def test_one_batch_call_grouped_by_prompt_and_reweighted() -> None:
     assert m["compeer/reward_call_failures"] == 0.0
     assert m["compeer/reward_call_latency_s"] >= 0.0 and "compeer/reward_fn_overhead_s" in m
     assert m["compeer/server_inference_ms"] == pytest.approx(12.0)
+    assert m["compeer/server_group_max_ms"] == pytest.approx(15.0)  # queue 3 + inference 12, slowest group
 
 
 def test_sign_aware_and_off_modes() -> None:
