@@ -20,7 +20,7 @@
 #            side by side against one judge server: the policy generating through transformers, then through TRL's
 #            colocated vLLM (same SFT warm-up, trained once and copied; STEPS each; POLICY_VLLM_MEMORY, default 0.25,
 #            the policy engine's share of the card; the judge is JUDGE_MODEL, here `default`: the shipped judge,
-#            which tools/gpu/vllm_judge.sh stage prepared); metrics/summary/plots/train logs with suffixes -hf, -vllm
+#            which tools/gpu/vllm_judge.sh stage prepared); metrics, summaries (-hf, -vllm), plots-logs.tar.xz
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -174,6 +174,9 @@ with each .gpu-vllm/pK first (docs/gpu.md)" >&2; exit 1; }
   echo "vLLM generation: train exit $?"
   collect /tmp/run-vllm -vllm
   stop_server
+  # $OUT returns at most 8 files: the plots and the two train logs go as one archive
+  ( cd "$OUT" && tar -cJf plots-logs.tar.xz plots-{hf,vllm}.tar train-{hf,vllm}.log \
+    && rm -f plots-{hf,vllm}.tar train-{hf,vllm}.log )
   for f in "$OUT"/summary-hf.json "$OUT"/summary-vllm.json; do
     [ -f "$f" ] && python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
 print(sys.argv[1].rsplit("/", 1)[-1], {k: s.get(k) for k in ("steps_logged", "step_time_mean_s", "reward_wait_mean_s",
