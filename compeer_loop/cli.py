@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compeer_loop.plan import ARM_BY_NAME, LoopSettings, grpo_overrides, judge_servers
+from compeer_loop.plan import ARM_BY_NAME, LoopSettings, all_judges, grpo_overrides
 from compeer_loop.runner import PLAN_FILE, STATE_FILE, WARMUP_ADAPTER, Driver, load_settings, stop_servers
 
 log = logging.getLogger("compeer_loop")
@@ -125,7 +125,7 @@ def _warmup(root: Path) -> int:
     overrides: dict[str, Any] = dict(parse_override(item) for item in grpo_overrides(s, ARM_BY_NAME["c"], Path(s.prompts)))
     # the reward server is never called by the warm-up; the config names the one the GRPO arms start with
     overrides.update(output_dir=str(out), max_steps=s.steps, policy_model=s.policy_model,
-                     reward_server=[judge_servers(s)["trained"].address])
+                     reward_server=[all_judges(s)["trained"].address])
     cfg = load_config(s.profile, overrides)
     model, tokenizer, _ = load_policy(cfg)
     run_warmup(cfg, model, tokenizer, out, lora_config(cfg))

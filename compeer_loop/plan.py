@@ -131,15 +131,19 @@ class LoopSettings:
         return cls(**{"esc_cards": 0, **{k: v for k, v in data.items() if k in names}})
 
 
-def judge_servers(s: LoopSettings) -> dict[str, JudgeServer]:
-    """Every judge a selected arm needs, with its ports (fixed by the judge, so a restarted loop finds them)."""
+def all_judges(s: LoopSettings) -> dict[str, JudgeServer]:
+    """Every judge the loop knows, with its ports (fixed by the judge, so a restarted loop finds them)."""
     adapters = {"base": "none", "trained": "default", "prm": s.prm_adapter or "", "orm": s.orm_adapter or ""}
-    order = ("base", "trained", "prm", "orm")
+    return {name: JudgeServer(name, adapters[name], s.base_port + i, s.base_port + 100 + i)
+            for i, name in enumerate(("base", "trained", "prm", "orm"))}
+
+
+def judge_servers(s: LoopSettings) -> dict[str, JudgeServer]:
+    """The judges the selected arms and evaluations need (the servers the driver starts)."""
     needed = {j for a in s.arms for j in ARM_BY_NAME[a].judges}
     if s.eval_policies:
         needed.add("trained")  # the evaluation scores every policy with the trained judge
-    return {name: JudgeServer(name, adapters[name], s.base_port + i, s.base_port + 100 + i)
-            for i, name in enumerate(order) if name in needed}
+    return {name: j for name, j in all_judges(s).items() if name in needed}
 
 
 def server_argv(j: JudgeServer, s: LoopSettings, log_level: str = "INFO") -> list[str]:

@@ -1,7 +1,8 @@
 """The COMPEER loop end to end on CPU with tiny steps: prompt sets from an ESConv-format file, the driver process
 (``compeer-loop run``) starting a real reward server (the shipped trained judge, transformers engine), the warm-up
-(arm a), one GRPO step of arm c from that warm-up, the evaluation of both policies (evaluator harness + the judge
-over gRPC), a second run that finds everything done and starts nothing, and the report."""
+(arm a) alone, then, with the plan widened (``--overwrite``), one GRPO step of arm c from that warm-up and the
+evaluation of both policies (evaluator harness + the judge over gRPC), a further run that finds everything done and
+starts nothing, and the report."""
 
 from __future__ import annotations
 
@@ -39,17 +40,27 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
     assert manifest["counts"]["eval"] == 2  # one round per valid dialogue
     assert {r["dialogue_id"] for r in read_jsonl(data / "eval.jsonl")}.isdisjoint(
         {r["dialogue_id"] for r in read_jsonl(data / "grpo_train.jsonl")})
-    assert cli.main(["plan", "--root", str(root), "--prompts", str(data), "--arms", "a", "c", "--steps", "1",
-                     "--profile", "cpu-smoke", "--device", "cpu", "--no-static-cache", "--warmup-steps", "1",
-                     "--save-steps", "1", "--max-completion-length", "16", "--grpo-sets", "max_prompts=2",
-                     "per_device_train_batch_size=2", "--eval-policies", "a", "c", "--eval-limit", "2",
-                     "--eval-max-tokens", "16", "--eval-concurrency", "2", "--esc-cards", "1", "--esc-rounds", "1",
-                     "--base-port", str(free_port())]) == 0
+    common = ["--root", str(root), "--prompts", str(data), "--steps", "1",
+              "--profile", "cpu-smoke", "--device", "cpu", "--no-static-cache", "--warmup-steps", "1",
+              "--save-steps", "1", "--max-completion-length", "16", "--grpo-sets", "max_prompts=2",
+              "per_device_train_batch_size=2", "--eval-limit", "2",
+              "--eval-max-tokens", "16", "--eval-concurrency", "2", "--esc-cards", "1", "--esc-rounds", "1",
+              "--base-port", str(free_port())]
     assert len(json.loads((data / "cards.json").read_text())) == 2  # one ESC-Eval card per valid dialogue
 
+    # phase 1, the warm-up alone (as a machine that also trains the PRM/ORM judges runs it)
+    assert cli.main(["plan", *common, "--arms", "a", "--eval-policies"]) == 0
+    warmup_only = _run(root)
+    assert warmup_only.returncode == 0, warmup_only.stderr[-3000:]
+    assert json.loads((root / "state.json").read_text())["arms"]["a"]["status"] == "done"
+    warmup_log = (root / "logs" / "a.log").stat().st_size
+    # phase 2 on the same folder: more arms need --overwrite; the warm-up on disk is reused, never retrained
+    assert cli.main(["plan", *common, "--arms", "a", "c", "--eval-policies", "a", "c"]) == 2
+    assert cli.main(["plan", *common, "--arms", "a", "c", "--eval-policies", "a", "c", "--overwrite"]) == 0
     first = _run(root)
     logs = "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted((root / "logs").glob("*.log")))
     assert first.returncode == 0, first.stderr[-3000:] + logs
+    assert (root / "logs" / "a.log").stat().st_size == warmup_log, "arm a was trained again"
     assert (root / "DONE").read_text() == "ok", logs
     state = json.loads((root / "state.json").read_text())
     assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "c": "done"}
