@@ -120,6 +120,7 @@ class SoakReport:
     log_leaks: int = 0
     restart_s: float = 0.0
     reference_s: float = 0.0
+    clients_scored_after_restart: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -133,7 +134,8 @@ class SoakReport:
                 "max_call_over_deadline_s": self.max_call_over_deadline_s,
                 "cache_entries_checked": self.cache_entries_checked, "cache_entries_bad": self.cache_entries_bad,
                 "log_leaks": self.log_leaks, "replica_restart_s": self.restart_s,
-                "reference_run_s": self.reference_s, "problems": self.problems}
+                "reference_run_s": self.reference_s,
+                "clients_scored_after_restart": self.clients_scored_after_restart, "problems": self.problems}
 
 
 def _intact(raw: bytes | None) -> bool:
@@ -168,6 +170,8 @@ class Soak:
         self.replicas = [self._replica(i) for i in range(2)]
         # (group, candidate) -> the distinct results it was scored with during the soak
         self.seen: dict[tuple[int, str], set[tuple[Any, ...]]] = {}
+        self.restarted_at: float | None = None  # monotonic time the killed replica was ready again
+        self.scored_after_restart: set[int] = set()  # clients with a call sent after that time and scored
 
     def _replica(self, i: int) -> Replica:
         g, h = free_port(), free_port()
@@ -190,11 +194,11 @@ class Soak:
         return codes
 
     async def client_loop(self, groups: list[GroupRequest], stop: asyncio.Event, report: SoakReport,
-                          batch: int, seed: int) -> None:
+                          batch: int, client_id: int) -> None:
         """One trainer: ScoreBatch over the fixed set, ``batch`` groups per call, until ``stop``."""
         async with RewardClient([r.grpc for r in self.replicas], timeout_s=self.deadline_s,
                                 backoff_s=0.2) as client:
-            k = seed
+            k = client_id * batch  # clients start at different groups
             while not stop.is_set():
                 chosen = [groups[(k + j) % len(groups)] for j in range(batch)]
                 k += batch
@@ -206,10 +210,13 @@ class Soak:
                 took = time.monotonic() - t0
                 report.calls += 1
                 report.max_call_over_deadline_s = max(report.max_call_over_deadline_s, took - self.deadline_s)
-                self.record(chosen, out, report)
+                if self.record(chosen, out, report) and self.restarted_at is not None and t0 > self.restarted_at:
+                    self.scored_after_restart.add(client_id)
 
     def record(self, chosen: list[GroupRequest], out: list[GroupResponse | ErrorInfo] | RewardCallError,
-               report: SoakReport) -> None:
+               report: SoakReport) -> bool:
+        """Count one call's items; True when it scored any."""
+        scored = report.scored
         for j, g in enumerate(chosen):
             report.items += len(g.candidates)
             if isinstance(out, RewardCallError):
@@ -225,6 +232,7 @@ class Soak:
                     self.seen.setdefault((id(g), c), set()).add(_fingerprint(r))
                 else:
                     report.unscored[f"candidate {r.status.value}"] += 1
+        return report.scored > scored
 
     async def faults(self, report: SoakReport, at: list[float], restart_timeout_s: float) -> None:
         """Kill Redis, restart it; SIGKILL replica 0, restart it; each at the given offsets (seconds)."""
@@ -247,18 +255,27 @@ class Soak:
         victim.process.start()
         report.restart_s = await asyncio.to_thread(wait_for, lambda: http_ready(victim.http), restart_timeout_s,
                                                    "restarted replica")
+        self.restarted_at = time.monotonic()
         report.faults.append(f"{time.monotonic() - t0:.0f}s replica 0 restarted and ready")
 
     async def run(self, groups: list[GroupRequest], *, clients: int, batch: int, duration_s: float,
                   fault_at: list[float], restart_timeout_s: float) -> SoakReport:
         report = SoakReport()
         stop = asyncio.Event()
-        loops = [asyncio.create_task(self.client_loop(groups, stop, report, batch, seed=i * batch))
+        loops = [asyncio.create_task(self.client_loop(groups, stop, report, batch, client_id=i))
                  for i in range(clients)]
         t0 = time.monotonic()
         await self.faults(report, fault_at, restart_timeout_s)
-        # keep the load on until the duration is over and both replicas have served a while after the restart
+        # keep the load on until the duration is over and every client has had a call sent after the restart
+        # scored (a slow machine stretches the run, by two deadlines at most, rather than failing it)
         await asyncio.sleep(max(5.0, duration_s - (time.monotonic() - t0)))
+        cap = time.monotonic() + 2 * self.deadline_s
+        while len(self.scored_after_restart) < clients and time.monotonic() < cap:
+            await asyncio.sleep(0.5)
+        report.clients_scored_after_restart = len(self.scored_after_restart)
+        if report.clients_scored_after_restart < clients:
+            report.problems.append(f"{clients - report.clients_scored_after_restart} of {clients} clients had no "
+                                   f"call sent after the replica restart scored within two deadlines")
         stop.set()
         await asyncio.wait_for(asyncio.gather(*loops), self.deadline_s + 30)
         await self.check(groups, report)
