@@ -138,7 +138,7 @@ class SoakReport:
                 "clients_scored_after_restart": self.clients_scored_after_restart, "problems": self.problems}
 
 
-def _intact(raw: bytes | None) -> bool:
+def _intact(raw: bytes | str | None) -> bool:
     """A cache entry decodes to a whole judgment record: verdicts, judged components and judge texts (one text per
     round: four in unified mode, one in single-pass for all four components)."""
     try:
@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                  ("cache entries checked / bad", f"{fig['cache_entries_checked']} / {fig['cache_entries_bad']}",
                   ""), ("dialogue snippets in logs", fig["log_leaks"], "goal: 0"),
                  ("replica restart to ready (s)", fig["replica_restart_s"], ""),
+                 ("clients scored after the restart", fig["clients_scored_after_restart"], f"goal: {args.clients}"),
                  ("undisturbed reference run (s)", fig["reference_run_s"], f"{args.groups} groups, one replica")])
     write_result("soak", {"args": vars(args), **fig})
     for p in report.problems:
