@@ -18,6 +18,7 @@ from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.runner import STATE_FILE, load_settings
 from compeer_loop.stats import add_item_figures, disjoint, judge_follows, summarise
+from evaluator.esc_eval import flat_note
 
 #: metrics.jsonl key(s) per curve (the first key present is drawn)
 CURVES: dict[str, tuple[str, ...]] = {
@@ -157,9 +158,11 @@ def esc_section(root: Path, s: LoopSettings) -> str:
                     + " | ".join(_fmt(e["dimensions"][d]["mean"]) for d in dims)
                     + f" | {_fmt(unparsed)} | {_fmt((e.get('cer') or {}).get('format_ok_rate'))} |")
     e0 = runs[0][1]
+    flat = [f"- {note}" for p, e in runs if (note := flat_note(policy_label(p), e))]
     return "\n".join([(f"{e0['rounds']} rounds per dialogue; simulated seeker `{e0['roles']['simulator']}`, scorer "
                       f"`{e0['roles']['scorer']}` (0-4 per dimension; a mean is over the scores that parsed). With a "
-                      "135M scorer these scores say little; the unparsed share says how little."), "", *rows])
+                      "135M scorer these scores say little; the unparsed share and the lines below say how little."),
+                      "", *rows, *([""] + flat if flat else [])])
 
 
 def _quarters(root: Path, s: LoopSettings, key: str) -> dict[str, tuple[float, float]]:

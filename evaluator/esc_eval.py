@@ -10,6 +10,7 @@ ends the dialogue as ``simulator_failed`` (counted, not scored).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +32,9 @@ from evaluator.prompts import (
 )
 
 HARNESS = "esc"
+#: a dimension on which the scorer gives one score to at least this share of the dialogues (over at least
+#: ``FLAT_MIN_N`` parsed scores) cannot tell runs apart: the reports say so next to its means
+FLAT_SHARE, FLAT_MIN_N = 0.9, 5
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,8 @@ def summarise(records: list[dict[str, Any]], prompts: Prompts) -> dict[str, Any]
     for d in prompts.dimensions:
         values = [r["scores"][d.name]["score"] for r in ok if r["scores"].get(d.name, {}).get("score") is not None]
         dims[d.name] = {"mean": sum(values) / len(values) if values else None, "n": len(values),
-                        "unparsed": sum(1 for r in ok if d.name in r["unparsed"])}
+                        "unparsed": sum(1 for r in ok if d.name in r["unparsed"]),
+                        "modal_share": Counter(values).most_common(1)[0][1] / len(values) if values else None}
     means = [v["mean"] for v in dims.values()]
     average = 100.0 * sum(means) / (len(means) * SCORE_MAX) if means and None not in means else None
     statuses: dict[str, int] = {}
@@ -123,3 +128,26 @@ def summarise(records: list[dict[str, Any]], prompts: Prompts) -> dict[str, Any]
     return {"harness": HARNESS, "dialogues": len(records), "statuses": statuses, "dimensions": dims,
             "average_percent": average, "unparsed_total": sum(v["unparsed"] for v in dims.values()),
             "replies": reply_figures([t["text"] for t in turns]), "cer": cer_figures(turns)}
+
+
+def flat_dimensions(summary: dict[str, Any]) -> list[str]:
+    """Dimensions of a :func:`summarise` output on which the scorer gave one score to at least ``FLAT_SHARE`` of
+    at least ``FLAT_MIN_N`` dialogues. A summary written before ``modal_share`` existed is judged by its mean: a
+    mean at either end of the 0-``SCORE_MAX`` scale means one score everywhere; any other mean is not flagged."""
+    flat = []
+    for name, d in summary["dimensions"].items():
+        if d.get("mean") is None or d.get("n", 0) < FLAT_MIN_N:
+            continue
+        share = d.get("modal_share")
+        if (share is not None and share >= FLAT_SHARE) or (share is None and d["mean"] in (0, SCORE_MAX)):
+            flat.append(name)
+    return flat
+
+
+def flat_note(label: str, summary: dict[str, Any]) -> str | None:
+    """One report line naming the dimensions :func:`flat_dimensions` finds for run ``label`` (None when none)."""
+    flat = flat_dimensions(summary)
+    if not flat:
+        return None
+    return (f"{label}: the scorer gave one score to at least {100 * FLAT_SHARE:.0f}% of the dialogues on "
+            f"{', '.join(flat)}; on these its means do not tell runs apart")

@@ -158,6 +158,8 @@ def _esc_section(runs: dict[str, tuple[RunDir, dict[str, Any]]], out: Path) -> l
     lines += ["", "Means are over parsed scores; `unparsed` counts dimension scores the scorer did not give in the "
               "rubric's format (never defaulted). Statuses: " +
               "; ".join(f"{label}: {s['statuses']}" for label, s in summaries.items()), ""]
+    flat = [note for label, s in summaries.items() if (note := esc_eval.flat_note(label, s))]
+    lines += [f"- {note}" for note in flat] + ([""] if flat else [])
     radar_chart(summaries, out / "esc_radar.png")
     lines += ["![ESC-Eval radar](esc_radar.png)", "", "Judge-independent figures of the model's replies:", ""]
     lines += _reply_rows(summaries) + [""]

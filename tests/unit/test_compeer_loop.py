@@ -451,3 +451,23 @@ def test_judge_follows_reports_length_correlation_and_strategy_gap_over_valid_ju
     assert judge_follows(rs[:2])["rho_length_total"] is None  # too few to rank
     flat = judge_follows([rec(5, 1.0, "Question"), rec(10, 1.0, "Other"), rec(20, 1.0, "Other")])
     assert flat["rho_length_total"] is None  # a constant total has no rank correlation: not made up
+
+
+def test_the_esc_section_names_dimensions_the_scorer_gave_one_score_everywhere(tmp_path: Path) -> None:
+    """Machine 3's scorer (base SmolLM2) gave 4.00 on Fluency, Empathy and Overall to every dialogue: the loop's
+    report names those dimensions under the table rather than leaving their means to speak."""
+    from compeer_loop.report import esc_section
+
+    s = LoopSettings(prompts="/data", arms=["a"], eval_policies=["base", "a"])
+    dims = {"Fluency": (4.0, 1.0), "Empathy": (4.0, 1.0), "Skill": (3.86, 0.86)}
+    for policy in s.eval_policies:
+        (tmp_path / "eval" / policy).mkdir(parents=True)
+        (tmp_path / "eval" / policy / "esc.json").write_text(json.dumps({
+            "dialogues": 50, "statuses": {"ok": 50}, "unparsed_total": 0, "average_percent": 95.0, "cer": None,
+            "rounds": 5, "roles": {"simulator": "sim", "scorer": "scorer"},
+            "dimensions": {d: {"mean": m, "n": 50, "unparsed": 0, "modal_share": share}
+                           for d, (m, share) in dims.items()}}))
+    text = esc_section(tmp_path, s)
+    notes = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(notes) == 2 and all("at least 90% of the dialogues on Fluency, Empathy;" in n for n in notes)
+    assert notes[0].startswith("- base (no training): ") and not any("Skill" in n for n in notes)

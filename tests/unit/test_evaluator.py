@@ -152,7 +152,7 @@ async def test_esc_dialogue_runs_the_rounds_and_reports_unparsed(tmp_path: Path)
     # the scorer got the regex (it supports one); the model did not ask for one
     assert engines["scorer"].calls[0][1].regex is not None and engines["model"].calls[0][1].regex is None
     summary = esc_eval.summarise([rec], PROMPTS)
-    assert summary["dimensions"]["Skill"] == {"mean": None, "n": 0, "unparsed": 1}
+    assert summary["dimensions"]["Skill"] == {"mean": None, "n": 0, "unparsed": 1, "modal_share": None}
     assert summary["dimensions"]["Empathy"]["mean"] == 4 and summary["average_percent"] is None
     assert summary["unparsed_total"] == 1 and summary["replies"]["replies"] == 3
 
@@ -168,6 +168,37 @@ async def test_esc_cer_model_and_failed_simulator(tmp_path: Path) -> None:
     assert "<analysis>" in engines["model"].calls[0][0][0]["content"]  # the CER policy prompt
     summary = esc_eval.summarise([rec], PROMPTS)
     assert summary["average_percent"] == pytest.approx(100 * (6 * 3 + 4) / (7 * 4)) and summary["cer"]["format_ok_rate"] == 100.0
+
+
+def _scored(empathy: list[int]) -> list[dict]:
+    """Finished ESC records scoring Empathy as given and every other dimension 2."""
+    return [{"status": "ok", "unparsed": [], "dialogue": [{"role": "supporter", "text": "I hear you."}],
+             "scores": {d.name: {"score": e if d.name == "Empathy" else 2} for d in PROMPTS.dimensions}}
+            for e in empathy]
+
+
+def test_a_scorer_that_gives_one_score_everywhere_is_named_in_the_reports(tmp_path: Path) -> None:
+    """ESC-Eval's figures are only as good as its scorer: a dimension on which >= 90% of the dialogues got the same
+    score cannot tell runs apart, and both reports say so rather than leaving the mean to speak."""
+    from evaluator.report import _esc_section
+
+    flat = esc_eval.summarise(_scored([4] * 6), PROMPTS)
+    assert flat["dimensions"]["Empathy"]["modal_share"] == 1.0
+    assert esc_eval.flat_dimensions(flat) == [d.name for d in PROMPTS.dimensions]  # the 2s everywhere too
+    spread = esc_eval.summarise(_scored([4, 4, 4, 4, 4, 3]), PROMPTS)
+    assert spread["dimensions"]["Empathy"]["modal_share"] == pytest.approx(5 / 6)
+    assert "Empathy" not in esc_eval.flat_dimensions(spread)
+    assert esc_eval.flat_dimensions(esc_eval.summarise(_scored([4] * 4), PROMPTS)) == []  # too few to say
+    # a summary written before modal_share: a mean at an end of the scale is one score everywhere
+    old = {"dimensions": {"Fluency": {"mean": 4.0, "n": 50, "unparsed": 0},
+                          "Empathy": {"mean": 0.0, "n": 50, "unparsed": 0},
+                          "Skill": {"mean": 3.86, "n": 50, "unparsed": 0}}}
+    assert esc_eval.flat_dimensions(old) == ["Fluency", "Empathy"]
+    assert esc_eval.flat_note("a", spread) is not None and esc_eval.flat_note("b", {"dimensions": {}}) is None
+    section = "\n".join(_esc_section({"flat": (None, flat), "spread": (None, spread)}, tmp_path))  # type: ignore[dict-item]
+    assert "- flat: the scorer gave one score to at least 90% of the dialogues on Fluency, " in section
+    assert "- spread: the scorer gave one score to at least 90% of the dialogues on Fluency, Expression" in section
+    assert "Empathy" not in section.split("- spread:")[1].splitlines()[0]
 
 
 def sage_script(changes: list[str]):  # type: ignore[no-untyped-def]
