@@ -133,7 +133,7 @@ def write_report(run_paths: list[Path], out: Path) -> Path:
         lines.append(f"- `{run.path.name}`: {m['harness']}, created {m['created']}; {_models(m)}")
     lines.append("")
     if esc_eval.HARNESS in by_harness:
-        lines += _esc_section(by_harness[esc_eval.HARNESS], out)
+        lines += _esc_section({label: s for label, (_, s) in by_harness[esc_eval.HARNESS].items()}, out)
     if sage.HARNESS in by_harness:
         lines += _sage_section(by_harness[sage.HARNESS], out)
     if gold.HARNESS in by_harness:
@@ -145,8 +145,7 @@ def write_report(run_paths: list[Path], out: Path) -> Path:
     return path
 
 
-def _esc_section(runs: dict[str, tuple[RunDir, dict[str, Any]]], out: Path) -> list[str]:
-    summaries = {label: s for label, (_, s) in runs.items()}
+def _esc_section(summaries: dict[str, dict[str, Any]], out: Path) -> list[str]:
     names = list(next(iter(summaries.values()))["dimensions"])
     lines = ["## ESC-Eval-style (role cards, simulated seeker, 7 dimensions 0-4)", "",
              "| run | dialogues | " + " | ".join(names) + " | average % | unparsed |",

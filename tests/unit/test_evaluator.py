@@ -195,7 +195,7 @@ def test_a_scorer_that_gives_one_score_everywhere_is_named_in_the_reports(tmp_pa
                           "Skill": {"mean": 3.86, "n": 50, "unparsed": 0}}}
     assert esc_eval.flat_dimensions(old) == ["Fluency", "Empathy"]
     assert esc_eval.flat_note("a", spread) is not None and esc_eval.flat_note("b", {"dimensions": {}}) is None
-    section = "\n".join(_esc_section({"flat": (None, flat), "spread": (None, spread)}, tmp_path))  # type: ignore[dict-item]
+    section = "\n".join(_esc_section({"flat": flat, "spread": spread}, tmp_path))
     assert "- flat: the scorer gave one score to at least 90% of the dialogues on Fluency, " in section
     assert "- spread: the scorer gave one score to at least 90% of the dialogues on Fluency, Expression" in section
     assert "Empathy" not in section.split("- spread:")[1].splitlines()[0]
