@@ -273,15 +273,12 @@ class Soak:
         while len(self.scored_after_restart) < clients and time.monotonic() < cap:
             await asyncio.sleep(0.5)
         report.clients_scored_after_restart = len(self.scored_after_restart)
-        if report.clients_scored_after_restart < clients:
-            report.problems.append(f"{clients - report.clients_scored_after_restart} of {clients} clients had no "
-                                   f"call sent after the replica restart scored within two deadlines")
         stop.set()
         await asyncio.wait_for(asyncio.gather(*loops), self.deadline_s + 30)
-        await self.check(groups, report)
+        await self.check(groups, report, clients)
         return report
 
-    async def check(self, groups: list[GroupRequest], report: SoakReport) -> None:
+    async def check(self, groups: list[GroupRequest], report: SoakReport, clients: int) -> None:
         import redis
 
         r = redis.Redis(port=self.redis_port)
@@ -317,6 +314,9 @@ class Soak:
             report.problems.append("no cache entry was written after Redis came back")
         if report.log_leaks:
             report.problems.append(f"{report.log_leaks} dialogue snippets found in the server logs")
+        if report.clients_scored_after_restart < clients:
+            report.problems.append(f"{clients - report.clients_scored_after_restart} of {clients} clients had no "
+                                   f"call sent after the replica restart scored within two deadlines")
         if report.scored == 0:
             report.problems.append("nothing was scored")
 
