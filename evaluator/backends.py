@@ -29,7 +29,7 @@ from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 from judge.engines.settings import OpenAISettings
 from judge.generation import Validated
-from judge.model_store import DEFAULT_MODEL, DEFAULT_MODEL_NAME, adapter_id, resolve_model
+from judge.model_store import DEFAULT_MODEL, DEFAULT_MODEL_NAME, NO_ADAPTER, adapter_id, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ class ModelSpec:
         "help": "'default' (embedded SmolLM2-135M), a local HF folder, a policy checkpoint (adapter folder or "
                 "policy_trainer run folder), or the served model name (backend openai)"})
     backend: str = field(default="transformers", metadata={"help": f"engine: {', '.join(BACKENDS)}"})
-    adapter: str | None = field(default=None, metadata={"help": "a PEFT LoRA folder applied on top of the model"})
+    adapter: str | None = field(default=None, metadata={"help": "a PEFT LoRA folder applied on top of the model; "
+                                                                 "'none': the model alone (no checkpoint look-up)"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint, e.g. "
                                                                    "http://host:8000/v1 (backend openai)"})
     api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "env var holding the API key (openai)"})
@@ -114,9 +115,11 @@ def resolve_spec(spec: ModelSpec) -> ResolvedModel:
         if spec.model == DEFAULT_MODEL:
             raise ValueError("backend openai needs the served model's name (--<role> NAME), not 'default'")
         return ResolvedModel("openai", "", spec.model, f"openai:{spec.base_url}")
-    adapter = spec.adapter
+    bare = spec.adapter == NO_ADAPTER  # 'none': the model alone, even where a folder holds a policy checkpoint
+    adapter = None if bare else spec.adapter
     base = spec.model
-    found = _checkpoint_adapter(Path(spec.model)) if spec.model != DEFAULT_MODEL and adapter is None else None
+    found = _checkpoint_adapter(Path(spec.model)) if spec.model != DEFAULT_MODEL and adapter is None and not bare \
+        else None
     if found is not None:  # a policy checkpoint: the base named by the adapter
         adapter = str(found)
         cfg = json.loads((found / "adapter_config.json").read_text(encoding="utf-8"))

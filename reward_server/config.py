@@ -77,7 +77,12 @@ class ServerConfig:
     """Everything ``compeer-reward serve`` can be told. ``validate`` raises ValueError naming the remedy."""
 
     engine: EngineConfig = nested(EngineConfig, help="engine")
-    model: str = setting("default", help="'default' (embedded SmolLM2-135M-Instruct) or a local HF folder")
+    model: str = setting("default", help="the judge base: 'default' (the device's default judge base: README, "
+                                         "'Which judge'), a base name (smollm2-135m, qwen2.5-coder-1.5b) or a local "
+                                         "HF folder")
+    adapter: str = setting("default", help="'default': the base's shipped ESConv judge adapter merged into its "
+                                           "weights (none for a folder or a base without one); 'none': the bare "
+                                           "model; or a PEFT LoRA folder served on top of the model")
     host: str = setting("0.0.0.0", help="address both fronts listen on")
     grpc_port: int = setting(50051, help="gRPC port (0 picks a free port)")
     http_port: int = setting(8000, help="HTTP port (0 picks a free port)")

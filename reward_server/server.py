@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from judge.device import dtype_name, resolve_device_dtype
 from judge.engines import create_engine
-from judge.model_store import NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
+from judge.model_store import DEFAULT_ADAPTER, NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
 from reward_server.auth import GrpcAuth, Guard
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
@@ -69,13 +69,13 @@ async def build_core(config: ServerConfig) -> RewardCore:
         device, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
         config.max_in_flight_groups = config.in_flight_groups(on_cpu=device == "cpu")
         # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
-        ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.engine.adapter,
-                                                       dtype_name(dtype))
+        ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.adapter,
+                                                       dtype_name(dtype), device)
         config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision,
                                 adapter=runtime_adapter,
                                 adapter_id=ref.adapter or (adapter_id(runtime_adapter) if runtime_adapter else None))
     else:
-        if config.engine.adapter not in (None, NO_ADAPTER):
+        if config.adapter not in (DEFAULT_ADAPTER, NO_ADAPTER):
             raise ValueError("--adapter: the openai backend serves whatever the remote endpoint serves; leave it out")
         name = config.engine.openai.model or config.model
         config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote", adapter=None)
@@ -145,7 +145,7 @@ async def serve(config: ServerConfig) -> None:
             start_task.result()  # raises if the engine failed to start
             await _set_health(health, health_pb2.HealthCheckResponse.SERVING)
             log.info("ready: model %s (%s), adapter %s, cache %s", config.engine.model_id, config.engine.revision,
-                     config.engine.adapter, core.cache.kind)
+                     config.engine.adapter_id, core.cache.kind)
             watch_task = asyncio.create_task(_watch_engine(core, health))
             await asyncio.wait({stop_task, http_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
             watch_task.cancel()

