@@ -49,6 +49,16 @@ def read_adapter_stamp(adapter_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """The ``checkpoint-<step>`` folder with the highest step under ``output_dir`` (``save_strategy: steps``), or None.
+
+    Training resumes from it (weights, optimiser, scheduler, data order), so a run cut by the end of a call or of a
+    machine goes on where it stopped once the folder is back in place."""
+    steps = [(int(p.name.split("-")[1]), p) for p in output_dir.glob("checkpoint-*")
+             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
+    return max(steps)[1] if steps else None
+
+
 def train(config: JudgeSFTConfig) -> TrainResult:
     """Train the judge adapter described by ``config`` and save it to ``config.output_dir``."""
     import torch
@@ -89,7 +99,10 @@ def train(config: JudgeSFTConfig) -> TrainResult:
                          peft_config=lora_config(config))
     log.info("training %s judge: %d rows, base %s, LoRA r=%d", config.variant, len(train_ds), ref.model_id,
              config.lora_r)
-    output = trainer.train()
+    resume = latest_checkpoint(Path(config.output_dir))
+    if resume is not None:  # an earlier run of the same config stopped (a call or a machine ended): go on from it
+        log.info("resuming from %s", resume)
+    output = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     out_dir = config.adapter_dir
     trainer.save_model(str(out_dir))
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]

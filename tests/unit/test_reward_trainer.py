@@ -184,6 +184,8 @@ def test_profiles_load_and_cpu_smoke_is_cpu_safe() -> None:
     assert cfg.max_steps == 1 and not cfg.bf16 and not cfg.gradient_checkpointing and cfg.variant == "unified"
     with pytest.raises(FileNotFoundError, match="packaged"):
         load_config("no-such-profile")
+    qwen = load_config("gpu-qwen15-esconv", {"bf16": False, "output_dir": "/tmp/rt-qwen"})
+    assert qwen.model == "qwen2.5-coder-1.5b" and qwen.lora_r == 8 and "down_proj" in qwen.lora_target_modules
 
 
 # --------------------------------------------------------------------------- inconsistency
@@ -308,3 +310,16 @@ def test_ablation_pools_split_by_source(tmp_path: Path) -> None:
     extra.write_text(json.dumps({"record": "judge_item", **judge_item(5)}) + "\n")
     base, rewrites, personas = read_pools([str(path)], [], [str(extra)])
     assert [len(base), len(rewrites), len(personas)] == [1, 1, 2]
+
+
+def test_training_resumes_from_the_latest_complete_checkpoint(tmp_path: Path) -> None:
+    from reward_trainer.sft import latest_checkpoint
+
+    assert latest_checkpoint(tmp_path) is None
+    for step, complete in ((100, True), (300, True), (400, False), (20, True)):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-x").mkdir()
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-300"  # 400 was cut before its state was written

@@ -34,7 +34,7 @@ S=/tmp/cp-stage L=${LOOP_ROOT:-/tmp/loop} D=${LOOP_DATA:-/tmp/loop-data}
 X=/tmp/cp-export I=/tmp/cp-import J=/tmp/judge-run
 mkdir -p "$S" "$L"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf TQDM_DISABLE=1
+export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 LOOP="${PY:-python3} -m compeer_loop.cli"
 T_CALL=$(date +%s)  # CALL_BUDGET_S counts from here: the whole call, whatever its phase did before waiting

@@ -87,7 +87,7 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
   # JUDGE_MODEL: /tmp/smollm2 (the untrained base, the default of `run`) or `default`, the shipped judge merged
   # into the base (tools/gpu/vllm_judge.sh stage converts it once into the cache below)
   local model=${JUDGE_MODEL:-/tmp/smollm2}
-  [ "$model" = default ] && export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -d "$model" ] || export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S  # a base name or `default`
   local args=(serve --backend "$JUDGE_BACKEND" --model "$model" --device cuda --embedding-model "$S"/minilm-q8
               --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
   [ "${JUDGE_STATIC_CACHE:-false}" = true ] && args+=(--static-cache)

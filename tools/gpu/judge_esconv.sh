@@ -20,7 +20,7 @@ set -uo pipefail
 S=/tmp/cp-stage R=/tmp/judge-run
 mkdir -p "$S" "$R"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-export COMPEER_CACHE=/tmp/compeer-cache COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf TQDM_DISABLE=1
+export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
 W=$R/data
 EVAL=(--device cuda --max-batch 128 --concurrency 128 --no-audit)
 
@@ -128,8 +128,8 @@ stage)
   ;;
 start)
   cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1  # MiniLM for the GRPO phase
-  cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
-  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
+  cat "$S"/gguf.part-* | xz -d > "$S/SmolLM2-135M-Instruct.Q4_1.gguf" || exit 1
+  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
     | sha256sum -c - || exit 1
   python3 -m judge.model_store bfloat16 --adapter none || exit 1
   build_data || exit 1

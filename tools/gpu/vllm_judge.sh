@@ -5,7 +5,8 @@
 #   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels, GGUF part 00), c2 (parts 01, 02), c3 (MiniLM, part 03)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
-#   install  carry ONE staging folder a call (.gpu-vllm/pK or .gpu-policy/cK): copies or installs what it carries;
+#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/cK or .gpu-qwen/qNN from
+#            tools/gpu/stage_qwen.sh): copies or installs what it carries; the qwen parts are joined once all are there;
 #            once every vLLM part is there: joins them, checks the tar and every wheel (tools/gpu/vllm-manifest.txt)
 #            and installs them into /tmp/vsite (pip --no-index --no-deps --target); prints what is still missing
 #   stage    (no carry) the default GGUF joined and checked, the default judge (shipped adapter merged, bfloat16),
@@ -23,7 +24,7 @@ S=/tmp/cp-stage V=/tmp/cp-vllm B=/tmp/vllm-bench
 mkdir -p "$S" "$V" "$B"
 export PYTHONPATH=/tmp/vsite:/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 COMPEER_CACHE=/tmp/compeer-cache TQDM_DISABLE=1
-export COMPEER_DEFAULT_GGUF=$S/SmolLM2-135M-Instruct.Q4_1.gguf
+export COMPEER_GGUF_DIR=$S
 
 install_vllm() {  # every part here: join, check, install (once)
   [ -f /tmp/vsite/.compeer-vllm ] && { echo "vLLM already installed in /tmp/vsite"; return 0; }
@@ -46,6 +47,30 @@ install_vllm() {  # every part here: join, check, install (once)
     || return 1
   rm -rf $V/whl && touch /tmp/vsite/.compeer-vllm
   echo "vLLM and $(grep -vc '^#' tools/gpu/vllm-manifest.txt) wheels installed in /tmp/vsite in $(( $(date +%s) - t0 )) s"
+}
+
+take_gguf_parts() {  # .gpu-qwen/qNN carried (tools/gpu/stage_qwen.sh): copy; once all are here, join into $S/<name>
+  local d f n size sum name have
+  for d in .gpu-qwen/q[0-9]*; do
+    [ -f "$d"/parts.txt ] || continue
+    read -r n size sum name < "$d"/parts.txt
+    [ -f "$S/$name" ] && continue  # joined by an earlier call
+    mkdir -p "$S"/gguf-parts && for f in "$d"/gguf.part-*; do
+      [ -f "$S"/gguf-parts/"$(basename "$f")" ] || { cp "$f" "$d"/parts.txt "$S"/gguf-parts/ && echo "copied $f"; }
+    done
+  done
+  [ -f "$S"/gguf-parts/parts.txt ] || return 0
+  read -r n size sum name < "$S"/gguf-parts/parts.txt
+  [ -f "$S/$name" ] && { echo "$name already joined"; return 0; }
+  have=$(ls "$S"/gguf-parts/gguf.part-* | wc -l)
+  if [ "$have" -lt "$n" ]; then
+    echo "$name parts: $have of $n here; missing: $(for i in $(seq 0 $((n - 1))); do
+      [ -f "$(printf '%s/gguf-parts/gguf.part-%02d' "$S" "$i")" ] || printf '.gpu-qwen/q%02d ' $((i + 1)); done)"
+    return 0
+  fi
+  cat "$S"/gguf-parts/gguf.part-* > "$S/$name.tmp" && [ "$(stat -c %s "$S/$name.tmp")" = "$size" ] \
+    && echo "$sum  $S/$name.tmp" | sha256sum -c --quiet - || { echo "$name: size or sha256 mismatch" >&2; return 1; }
+  mv "$S/$name.tmp" "$S/$name" && rm -rf "$S"/gguf-parts && echo "$name joined and checked"
 }
 
 wait_bench() {
@@ -72,6 +97,7 @@ install)
   [ -d .gpu-policy/c3 ] && [ ! -f "$S"/minilm-q8.tar.xz ] && {
     cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1; echo "copied .gpu-policy/c3"; }
   install_vllm || exit 1
+  take_gguf_parts || exit 1
   [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels, GGUF part 00)"
   [ -f "$S"/.c2 ] || echo "still missing: .gpu-policy/c2 (GGUF parts 01 and 02)"
   [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c3 (MiniLM, GGUF part 03)"
@@ -79,11 +105,11 @@ install)
   ;;
 stage)
   [ -f /tmp/vsite/.compeer-vllm ] || { echo "vLLM is not installed yet (install with every .gpu-vllm part)" >&2; exit 1; }
-  if [ ! -f "$COMPEER_DEFAULT_GGUF" ]; then
+  if [ ! -f "$S/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
     ls "$S"/gguf.part-0{0,1,2,3} > /dev/null || { echo "a GGUF part is missing: install .gpu-policy/c1..c3" >&2; exit 1; }
-    cat "$S"/gguf.part-* | xz -d > "$COMPEER_DEFAULT_GGUF" || exit 1
+    cat "$S"/gguf.part-* | xz -d > "$S/SmolLM2-135M-Instruct.Q4_1.gguf" || exit 1
   fi
-  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $COMPEER_DEFAULT_GGUF" \
+  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
     | sha256sum -c - || exit 1
   python3 -m judge.model_store bfloat16 || exit 1   # the default judge: the shipped adapter merged, once
   bash tools/gpu/device_evidence.sh prepare || exit 1  # /tmp/smollm2 (the policy's base) and MiniLM

