@@ -51,20 +51,7 @@ pipeline() {
       bash tools/gpu/device_evidence.sh run > $R/grpo.log 2>&1 || return 1 ;; esac
 }
 
-build_data() {
-  local E=$S/esconv C="python3 -m data_builder.cli"
-  mkdir -p "$E" && tar -xJf $S/esconv.tar.xz -C "$E" || return 1
-  $C ingest --quiet --format esconv --out $W/ingest-train $E/train.json &&
-  $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json &&
-  $C sample --quiet --rounds 8 --out $W/sample-train $W/ingest-train/dialogues.jsonl &&
-  $C sample --quiet --rounds 3 --out $W/sample-valid $W/ingest-valid/dialogues.jsonl &&
-  $C silver --quiet --out $W/silver-train --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl &&
-  $C silver --quiet --out $W/silver-valid --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
-  $C contrast --quiet --out $W/contrast --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
-  $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
-    $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl || return 1
-  sha256sum $W/silver-train/items.jsonl $W/silver-valid/items.jsonl $W/contrast/groups.jsonl
-}
+build_data() { bash tools/gpu/esconv_data.sh $S/esconv.tar.xz $W; }
 
 collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each)
   cp $R/pipeline.log "$OUT"/ 2>/dev/null

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The 1.5B ESConv judge on a lent GPU machine (issue 23): build the judge data from the real ESConv splits (silver
+# labels + rule-made + policy-made negatives, docs/data_builder.md), train the unified judge (+ reply mode) and the
+# PRM-only and ORM-only variants on Qwen2.5-Coder-1.5B-Instruct side by side on one card (profile
+# gpu-qwen15-esconv: same rows, same steps), and measure them on the valid split (Table 1 columns; trained, the bare
+# 1.5B base zero-shot, majority). No registry, no hub there; 64 MiB per call with the tree. Staging, here:
+#   make model MODEL=qwen2.5-coder-1.5b && bash tools/gpu/stage_qwen.sh   # .gpu-qwen/q01 .. q23
+#   bash tools/gpu/stage.sh                                               # .gpu-policy/c1 (TRL, gguf, xgrammar...)
+#   bash tools/gpu/judge_esconv.sh pack                                   # .gpu-judge/esconv.tar.xz
+# Then consecutive `run` calls, each within the warm window of the previous one (docs/reward_trainer.md has them):
+#   tools/gpu/vllm_judge.sh install   carry ONE of .gpu-qwen/qNN, .gpu-policy/c1 a call (the parts are joined and
+#                                     checked once all are there)
+#   start   carry .gpu-judge: converts the base, builds the data, starts the pipeline in the background (setsid)
+#           and waits like `wait`
+#   wait    (no carry) waits up to CALL_BUDGET_S (default 560) for the pipeline; copies what is finished to $OUT
+# The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
+# majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
+set -uo pipefail
+S=/tmp/cp-stage R=/tmp/qwen-run
+mkdir -p "$S" "$R"
+export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
+W=$R/data D=$R/data/emit/judge_sft
+PROFILE=${PROFILE:-gpu-qwen15-esconv} MODEL=${JUDGE_MODEL:-qwen2.5-coder-1.5b}
+EVAL=(--model "$MODEL" --device cuda --max-batch 128 --concurrency 128 --no-audit)
+
+train() {  # $1: variant
+  local steps=(); [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
+  python3 -m reward_trainer.cli judge --config "$PROFILE" --variant "$1" --data "$D" --out $R/"$1" "${steps[@]}" \
+    > $R/train-"$1".log 2>&1 && to_bf16 $R/"$1"
+}
+
+pipeline() {
+  local pids=() v
+  for v in unified prm orm; do train $v & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || return 1; done
+  python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
+    --adapter reply=$R/unified "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids=($!)
+  python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
+    --no-base "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || return 1; done
+}
+
+to_bf16() {  # $1: a trained adapter folder -> $1-bf16 (the LoRA weights train in float32; shipped in bfloat16)
+  [ -d "$1-bf16" ] && return 0
+  python3 - "$1" <<'PY'
+import shutil, sys, torch
+from safetensors.torch import load_file, save_file
+src = sys.argv[1]
+dst = src + "-bf16"
+shutil.copytree(src, dst + ".tmp", ignore=shutil.ignore_patterns("checkpoint-*"))
+w = load_file(src + "/adapter_model.safetensors")
+save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, dst + ".tmp/adapter_model.safetensors",
+          metadata={"format": "pt"})
+shutil.move(dst + ".tmp", dst)
+PY
+}
+
+collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, metrics, the unified adapter in parts
+  cp $R/pipeline.log "$OUT"/ 2>/dev/null
+  grep -hE "'loss'|train_runtime|resuming" $R/train-*.log > "$OUT"/train.txt 2>/dev/null
+  tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
+  local d=(); for x in eval-unified eval-prm-orm unified/compeer_judge.json prm/compeer_judge.json \
+      orm/compeer_judge.json data/counts.txt; do [ -e $R/$x ] && d+=("$x"); done
+  [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
+  if [ -d $R/"${ADAPTER:-unified}"-bf16 ]; then  # one adapter a call: ADAPTER=prm / orm for the others
+    tar -cf - -C $R "${ADAPTER:-unified}"-bf16 | split -b 15M -d - "$OUT"/"${ADAPTER:-unified}"-adapter.tar.part-
+  fi
+}
+
+wait_pipeline() {
+  local T0=$(date +%s) budget=${CALL_BUDGET_S:-560}
+  while [ ! -f $R/DONE ] && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 10; done
+  collect
+  if [ -f $R/DONE ]; then echo "pipeline finished: $(cat $R/DONE)"; else echo "pipeline still running"; fi
+  tail -n 3 $R/pipeline.log; grep -h "'loss'" $R/train-*.log 2>/dev/null | tail -n 3; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
+}
+
+case "${1:?start|wait|pipeline|collect}" in
+start)
+  [ -f "$S"/esconv.tar.xz ] || cp .gpu-judge/esconv.tar.xz "$S"/ || { echo "carry .gpu-judge" >&2; exit 1; }
+  python3 -m judge.model_store bfloat16 --model "$MODEL" --adapter none || exit 1
+  bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $W > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
+  tail -n 30 $R/build.log
+  setsid nohup bash tools/gpu/judge_qwen.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
+  sleep 5
+  wait_pipeline
+  ;;
+pipeline)
+  T0=$(date +%s)
+  if pipeline; then echo "ok after $(( $(date +%s) - T0 )) s" > $R/DONE; else echo "FAILED after $(( $(date +%s) - T0 )) s" > $R/DONE; fi
+  ;;
+wait)
+  wait_pipeline
+  ;;
+collect)
+  collect; ls -l "$OUT"
+  ;;
+esac
