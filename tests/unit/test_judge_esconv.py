@@ -46,7 +46,7 @@ def test_contrast_negatives_differ_from_the_positive_in_one_part(corpus: tuple[l
     groups, counts = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
     assert counts["groups"] == len(groups) > 0
     part_of = {"similar_problem": "analysis", "wrong_emotion": "emotion", "unused_strategy": "strategy",
-               "other_round": "response", "other_dialogue": "response"}
+               "stage_mismatch": "strategy", **{k: "response" for k in NEGATIVE_KINDS[4:]}}
     for g in groups:
         pos = parse(g["candidates"]["positive"])
         assert pos.ok and pos.response == g["references"]["gold"] and g["strategy"] in pos.parts["strategy"]
