@@ -105,7 +105,8 @@ def build_contrast(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, 
                 if neg is not None:
                     cands[neg.kind] = render({**steps, "response": neg.text})
                     made[neg.kind] = neg.meta()
-                    counts[f"{neg.kind}_on_its_own_prompt"] += bool(neg.origin.get("same_prompt"))
+                    if neg.source == "policy":
+                        counts[f"{neg.kind}_on_its_own_prompt"] += bool(neg.origin["same_prompt"])
         for kind in NEGATIVE_KINDS:
             counts[f"built_{kind}" if kind in cands else f"missing_{kind}"] += 1
         groups.append({"record": CONTRAST_GROUP, "dialogue_id": r["dialogue_id"], "round_index": r["round_index"],
