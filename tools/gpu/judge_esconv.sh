@@ -58,9 +58,13 @@ build_data() {
   $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json &&
   $C sample --quiet --rounds 8 --out $W/sample-train $W/ingest-train/dialogues.jsonl &&
   $C sample --quiet --rounds 3 --out $W/sample-valid $W/ingest-valid/dialogues.jsonl &&
-  $C silver --quiet --out $W/silver-train --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl &&
-  $C silver --quiet --out $W/silver-valid --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
-  $C contrast --quiet --out $W/contrast --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
+  local PN=data_builder/data/policy_negatives.jsonl  # policy-made negatives (docs/data_builder.md)
+  $C silver --quiet --out $W/silver-train --pool train --policy-negatives $PN \
+    --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl &&
+  $C silver --quiet --out $W/silver-valid --pool eval --dialogues $W/ingest-valid/dialogues.jsonl \
+    $W/sample-valid/rounds.jsonl &&
+  $C contrast --quiet --out $W/contrast --pool eval --policy-negatives $PN \
+    --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl &&
   $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
     $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl || return 1
   sha256sum $W/silver-train/items.jsonl $W/silver-valid/items.jsonl $W/contrast/groups.jsonl
