@@ -21,16 +21,7 @@ from data_builder.records import read_jsonl, write_jsonl
 from data_builder.silver import HACK_CANDIDATE, build_silver, support_stage
 from data_builder.silver_text import REPLY_POOLS, load_config
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
 STAGE_WORDS = ("exploration", "comforting", "action", "探索", "安慰", "行动")
-
-
-@pytest.fixture()
-def corpus(tmp_path: Path) -> tuple[list[dict], list[dict]]:
-    assert main(["ingest", "--quiet", "--format", "esconv", "--out", str(tmp_path / "i"), str(FIX / "esconv.json")]) == 0
-    dialogues = str(tmp_path / "i" / "dialogues.jsonl")
-    assert main(["sample", "--quiet", "--rounds", "5", "--out", str(tmp_path / "s"), dialogues]) == 0
-    return list(read_jsonl(tmp_path / "s" / "rounds.jsonl")), list(read_jsonl(dialogues))
 
 
 def _from_pool(text: str, lang: str, kind: str, pool: str) -> bool:
@@ -241,3 +232,17 @@ def test_emit_keeps_the_negative_kind_and_counts_labels(tmp_path: Path, corpus: 
     reply_labels = counts["labels_reply"]
     assert sum(reply_labels[s]["reply"].get("True", 0) for s in reply_labels) == len(rounds)
     assert set(counts["labels_unified"]["train"]) == {"step1", "step2", "step3", "preference"}
+
+
+def test_judge_contrast_reports_every_kind_of_the_groups(corpus: tuple[list[dict], list[dict]]) -> None:
+    """reward_trainer's judge-contrast takes the kinds from the groups (no fixed list): every new kind is reported."""
+    from reward_trainer.contrast import render_markdown, summarise
+
+    rounds, dialogues = corpus
+    groups, _ = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
+    totals = [{k: float(i % 3) for i, k in enumerate(g["candidates"])} for g in groups]
+    s = summarise(totals)
+    kinds = set().union(*(g["candidates"] for g in groups)) - {"positive"}
+    assert set(s["kinds"]) == kinds >= {"stage_mismatch", *HACK_KINDS}
+    table = render_markdown({"judges": {"t": {"gold": s}}})
+    assert all(f"| {k} |" in table for k in kinds)
