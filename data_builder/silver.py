@@ -12,25 +12,28 @@ rounds do). For each round the *true* steps are written from the gold data, each
   and final emotion intensity by the round's position (omitted when the survey has neither);
 - step 3 (strategy): the gold strategy of the reference reply with its taxonomy description.
 
-Then exactly ``round(false_share * 3 * items)`` step slots are corrupted (seeded), each in a way a careless
+Then, of every step's slots, ``round(false_share * slots)`` are corrupted (seeded), each in a way a careless
 supporter would really get it wrong (weights in the config's ``negatives``): step 1 gets the situation of another
 dialogue with the *same* problem type, another problem type, or a wrong stage; step 2 an emotion of another family
 or a positive one; step 3 a strategy the reply does not carry out (for the real reply: one the annotators did not
-use at this turn).
+use at this turn), or, beside the round's own strategy, one of another support stage (``stage_mismatch``).
 
 The candidate's reply and the reference (shown first) come from one preference pair (``preference`` weights):
 the real reply against the reply of another round of the same dialogue (at least ``min_round_distance`` rounds
-away) or against a reply of another dialogue with the same problem type, either way round (``first`` /
-``second``); two replies that both belong elsewhere (``neither``); the real reply and its continuation (the next
-turn of the same supporter block) or the real reply repeated (``both_good``). Step 3 is judged beside the reply
-(template ``unifireward-v2``): a true step 3 names the strategy the candidate's reply is annotated with (for the real
-reply, the gold strategy), so a strategy/reply mismatch is what makes it False; whether the reply fits the moment is
-the preference round's question.
+away), against a reply of another dialogue with the same problem type, or against a *hack* (a reply a policy writes
+to game the judge: :mod:`data_builder.negatives`, from the ``--pool`` of texts and ``--policy-negatives``), either
+way round (``first`` / ``second``); two replies that both belong elsewhere, or one and a hack (``neither``); the real
+reply and its continuation (the next turn of the same supporter block) or the real reply repeated (``both_good``).
+Step 3 is judged beside the reply (template ``unifireward-v2``): a true step 3 names the strategy the candidate's
+reply is annotated with (for the real reply, the gold strategy), so a strategy/reply mismatch is what makes it False;
+a hack carries out no strategy, so beside a candidate hack step 3 is False (``no_strategy``; those slots are not
+among the drawn ones); whether the reply fits the moment is the preference round's question.
 
 Each round also gives two items for mode ``reply`` (candidate ``<response>...</response>`` only) on the same
-conversation: the real reply (True) and one from another round or dialogue (False), by the config's ``reply``
-weights, so the judge learns from the reply, not from the conversation. Silver labels are noisy by
-nature (another strategy can also be fine); the paper's human labels are the reference for evaluation.
+conversation: the real reply (True) and one from another round or dialogue or a hack (False), by the config's
+``reply`` weights, so the judge learns from the reply, not from the conversation. Every item names its negative
+reply (``negative``; ``construction.negative``: kind, source rule/policy/corpus, rule, where from). Silver labels are
+noisy by nature (another strategy can also be fine); the paper's human labels are the reference for evaluation.
 """
 
 from __future__ import annotations
