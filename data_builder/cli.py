@@ -1,6 +1,7 @@
 """``compeer-data <stage> [options] --out DIR INPUT...``: one command per stage of the CER dataset pipeline.
 
-Stages: ingest, filter, sample, generate, silver, annotate (export | import), persona, emit, contrast; plus
+Stages: ingest, filter, sample, generate, silver, annotate (export | import), persona, emit, contrast,
+policy-negatives; plus
 ``summary DIR...``, which prints the counts of several stage folders as one table. Exit status: 0 on
 success, 2 on a usage or input error (the message says which file and line) or when the engine cannot start.
 """
@@ -14,11 +15,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_builder import annotate, contrast, emit, generate, ingest, llm_filter, persona, sample, silver
+from data_builder import (
+    annotate,
+    contrast,
+    emit,
+    generate,
+    ingest,
+    llm_filter,
+    persona,
+    policy_negatives,
+    sample,
+    silver,
+)
 from data_builder.stage import MANIFEST, StageError, read_manifest, summary_table
 from judge.engines.base import EngineError
 
-STAGES = (ingest, llm_filter, sample, generate, silver, annotate, persona, emit, contrast)
+STAGES = (ingest, llm_filter, sample, generate, silver, annotate, persona, emit, contrast, policy_negatives)
 
 
 def _summary(args: argparse.Namespace, **_: Any) -> int:

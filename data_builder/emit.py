@@ -8,7 +8,8 @@ Layout (``datasets.DatasetDict.save_to_disk``, splits ``train`` and ``heldout``)
   the original supporter reply, except for silver items built the other way round, see
   :mod:`data_builder.silver`), ``candidate`` (CER tagged text), ``labels`` ({step1, step2, step3: bool,
   preference: first|second|both_good|neither}), ``mode``, ``source`` (silver, annotated, persona, rewrite,
-  duplicate).
+  duplicate), ``negative`` (the kind of negative reply the item holds, e.g. ``generic``, ``policy_degenerate``,
+  ``other_round``: :mod:`data_builder.negatives`; null when none).
 - ``OUT/grpo_prompts/``: ``dialogue_id``, ``history`` (ends with a seeker turn), ``reference`` (the original
   supporter reply), ``prompt`` (:func:`cer.policy_prompt.policy_messages` of the history).
 
@@ -68,6 +69,8 @@ def judge_features() -> Features:
         "labels": {"step1": Value("bool"), "step2": Value("bool"), "step3": Value("bool"),
                    "preference": Value("string"), "reply": Value("bool")},
         "mode": Value("string"), "source": Value("string"),
+        # the kind of negative reply in the item (data_builder.negatives: degenerate, policy_generic, other_round, ...)
+        "negative": Value("string"),
     })
 
 
@@ -127,7 +130,17 @@ def judge_row(item: Record, mode: str, template: Template, taxonomy: Taxonomy) -
             "candidate": item["candidate"],
             "labels": {c: (v.value if isinstance(v, Preference) else v) if (v := known.get(c)) is not None else None
                        for c in (*COMPONENTS, REPLY)},
-            "mode": mode, "source": str(item.get("source", "silver"))}
+            "mode": mode, "source": str(item.get("source", "silver")), "negative": item.get("negative")}
+
+
+def label_counts(labels: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per component, how many rows carry each label (null labels left out): the class balance of a split."""
+    out: dict[str, Counter[str]] = {}
+    for row in labels:
+        for c, v in row.items():
+            if v is not None:
+                out.setdefault(c, Counter())[str(v)] += 1
+    return {c: dict(sorted(n.items())) for c, n in out.items()}
 
 
 def _dataset(rows: list[dict[str, Any]], features: Features) -> Dataset:
@@ -266,6 +279,9 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
         counts[f"judge_sft_{mode}"] = {s: len(dd[s]) for s in SPLITS}
         # items without what the mode judges (a complete CER output; a reply for mode reply) or its labels
         counts[f"judge_skipped_{mode}"] = len(items) - sum(len(dd[s]) for s in SPLITS)
+        counts[f"labels_{mode}"] = {s: label_counts(dd[s]["labels"]) for s in SPLITS}
+        counts[f"negatives_{mode}"] = {s: dict(sorted(Counter(n or "none" for n in dd[s]["negative"]).items()))
+                                       for s in SPLITS}
     counts["sources"] = dict(sorted(Counter(str(i.get("source", "silver")) for i in items).items()))
     prompts = build_grpo_prompts(rounds, heldout=held, taxonomy=taxonomy)
     prompts.save_to_disk(str(st.path("grpo_prompts")))

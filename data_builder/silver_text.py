@@ -20,6 +20,24 @@ import yaml
 from cer.taxonomy import Taxonomy
 
 EmotionEntry = tuple[str, str]  # (English name, Chinese name)
+#: The two disjoint pools of rule-made hack texts: ``train`` for training items, ``eval`` for evaluation items.
+REPLY_POOLS: tuple[str, ...] = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class LabellerRules:
+    """The thresholds and word lists of the policy-hack labeller (``silver.yaml`` ``policy_labeller``)."""
+
+    stage_nouns: tuple[str, ...]
+    judge_markers: tuple[str, ...]
+    min_repeat_sentence_words: int
+    min_truncated_words: int
+    min_echo_words: int
+    echo_share: float
+    max_short_words: int
+    min_repeat_prompts: int
+    dismissive_patterns: tuple[str, ...]
+    stopwords: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -35,6 +53,19 @@ class SilverConfig:
     reply: dict[str, float]
     templates: dict[str, dict[str, Any]]
     rationales: dict[str, list[str]]
+    hacks: dict[str, float]
+    degenerate_rules: dict[str, float]
+    policy_share: float
+    #: language -> hack kind -> pool (``train`` | ``eval``) -> texts
+    negative_replies: dict[str, dict[str, dict[str, list[str]]]]
+    labeller: LabellerRules
+
+    def hack_texts(self, lang: str, kind: str, pool: str) -> list[str]:
+        """The rule-made texts of a hack kind in a language (English when it has none) and pool."""
+        if pool not in REPLY_POOLS:
+            raise ValueError(f"reply pool {pool!r}: expected one of {', '.join(REPLY_POOLS)}")
+        by_kind = self.negative_replies.get(lang) or self.negative_replies["en"]
+        return list(by_kind.get(kind, {}).get(pool, []))
 
     def emotion_entry(self, name: str) -> tuple[str | None, EmotionEntry | None]:
         """(family, (en, zh)) of an emotion name in either language; (None, None) when unknown."""
@@ -62,12 +93,26 @@ def _phrasings(value: Any) -> list[str]:
     return [str(value)] if isinstance(value, str) else [str(v) for v in value]
 
 
+def _labeller(data: Mapping[str, Any]) -> LabellerRules:
+    return LabellerRules(
+        stage_nouns=tuple(str(x) for x in data["stage_nouns"]),
+        judge_markers=tuple(str(x) for x in data["judge_markers"]),
+        min_repeat_sentence_words=int(data["min_repeat_sentence_words"]),
+        min_truncated_words=int(data["min_truncated_words"]), min_echo_words=int(data["min_echo_words"]),
+        echo_share=float(data["echo_share"]), max_short_words=int(data["max_short_words"]),
+        min_repeat_prompts=int(data["min_repeat_prompts"]),
+        dismissive_patterns=tuple(str(x) for x in data["dismissive_patterns"]),
+        stopwords=frozenset(str(x).lower() for x in data["stopwords"]))
+
+
 @lru_cache(maxsize=4)
 def load_config(path: str | None = None) -> SilverConfig:
     """Load ``silver.yaml`` (the packaged one when ``path`` is None)."""
     text = (Path(path).read_text(encoding="utf-8") if path else
             resources.files("data_builder").joinpath("data/silver.yaml").read_text(encoding="utf-8"))
     data = yaml.safe_load(text)
+    if not 0.0 <= float(data.get("policy_share", 0.0)) <= 1.0:
+        raise ValueError(f"silver config {path or 'default'}: policy_share must be within [0, 1]")
     try:
         templates = {lang: {k: (v if k in ("sentiments", "stages") else _phrasings(v)) for k, v in t.items()}
                      for lang, t in data["templates"].items()}
@@ -81,6 +126,13 @@ def load_config(path: str | None = None) -> SilverConfig:
             reply=_weights(data["reply"], "reply"),
             templates=templates,
             rationales={k: _phrasings(v) for k, v in data["rationales"].items()},
+            hacks=_weights(data["hacks"], "hacks"),
+            degenerate_rules=_weights(data["degenerate_rules"], "degenerate_rules"),
+            policy_share=float(data.get("policy_share", 0.0)),
+            negative_replies={lang: {kind: {pool: _phrasings(texts[pool]) for pool in REPLY_POOLS}
+                                     for kind, texts in kinds.items()}
+                              for lang, kinds in data["negative_replies"].items()},
+            labeller=_labeller(data["policy_labeller"]),
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"silver config {path or 'default'}: malformed ({exc})") from exc

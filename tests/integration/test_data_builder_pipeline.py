@@ -67,7 +67,9 @@ def test_all_stages_on_fixtures_with_the_default_model(tmp_path: Path) -> None:
     # 5. silver
     _run("silver", "--no-reply-items", "--out", o("silver"), o("sample") + "/rounds.jsonl")
     s = _counts(tmp_path / "silver")
-    assert s["items"] > 0 and s["step_false"] == round(0.25 * s["step_labels"])
+    # a quarter of each step's slots, and step 3 beside every hack candidate besides
+    n, hacked = s["items"], s["step3_false_beside_a_hack"]
+    assert n > 0 and s["step_false"] == 2 * round(0.25 * n) + round(0.25 * (n - hacked)) + hacked
     # 6. annotate: export generations + a few silver items, two annotators and an adjudicator, import
     _run("annotate", "export", "--out", o("ann"), o("gen") + "/generations.jsonl", o("silver") + "/items.jsonl")
     tasks = list(read_jsonl(tmp_path / "ann" / "tasks.jsonl"))

@@ -14,9 +14,11 @@ from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference
 from data_builder.cli import main
+from data_builder.contrast import POLICY_KINDS
 from data_builder.emit import build_grpo_prompts, build_judge_sft, heldout_dialogues, make_ablation_sets
+from data_builder.negatives import HACK_KINDS
 from data_builder.records import read_jsonl, turns_of
-from data_builder.silver import build_silver, load_config, round_intensity, support_stage
+from data_builder.silver import HACK_CANDIDATE, build_silver, load_config, round_intensity, support_stage
 from judge.protocol import load_template, render_judge_chat
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
@@ -48,8 +50,12 @@ def test_silver_false_share_and_labels_match_construction(rounds: list[dict]) ->
     items, counts = build_silver(rounds, tax, load_config(), false_share=0.25, seed=3)
     cer = _cer(items)
     assert len(cer) == len(rounds) and len(items) == counts["items"]
-    n_false = sum(not it["labels"][s] for it in cer for s in ("step1", "step2", "step3"))
-    assert n_false == round(0.25 * 3 * len(cer))
+    # a false_share of each step's slots is corrupted; step 3 beside a hack is False besides
+    hacked = sum(it["construction"]["pair"] in HACK_CANDIDATE for it in cer)
+    assert hacked > 0
+    for k, s in enumerate(("step1", "step2", "step3")):
+        eligible = len(cer) - (hacked if s == "step3" else 0)
+        assert sum(not it["labels"][s] for it in cer) == round(0.25 * eligible) + (hacked if s == "step3" else 0)
     by_round = {(r["dialogue_id"], r["round_index"]): r for r in rounds}
     for it in cer:
         r = by_round[(it["dialogue_id"], it["round_index"])]
@@ -57,9 +63,14 @@ def test_silver_false_share_and_labels_match_construction(rounds: list[dict]) ->
         assert parsed.ok
         for s in ("step1", "step2", "step3"):
             assert it["labels"][s] == (s not in it["construction"]["corrupted"])
-        # a true step 3 names the strategy the candidate's reply is annotated with; a false one another
+        # a true step 3 names the strategy the candidate's reply is annotated with; a false one another, or the
+        # round's own beside a hack (which carries out no strategy)
         named = it["construction"]["reply_strategy"] or r["strategy"]
-        assert (named in parsed.parts["strategy"]) == it["labels"]["step3"]
+        if it["construction"]["pair"] in HACK_CANDIDATE:
+            assert it["construction"]["corrupted"]["step3"] == "no_strategy" and not it["labels"]["step3"]
+            assert named in parsed.parts["strategy"] and it["negative"] in HACK_KINDS + POLICY_KINDS
+        else:
+            assert (named in parsed.parts["strategy"]) == it["labels"]["step3"]
         if it["labels"]["step2"]:
             assert r["meta"]["emotion_type"] in parsed.parts["emotion"]
         pref, pair = it["labels"]["preference"], it["construction"]["pair"]
@@ -67,7 +78,7 @@ def test_silver_false_share_and_labels_match_construction(rounds: list[dict]) ->
             assert pref == "first" and it["reference"] == r["reference"] and parsed.response != r["reference"]
         elif pair.endswith("_vs_gold"):
             assert pref == "second" and parsed.response == r["reference"] and it["reference"] != r["reference"]
-        elif pair == "off_vs_off":
+        elif pair in ("off_vs_off", "off_vs_hack"):
             assert pref == "neither" and r["reference"] not in (it["reference"], parsed.response)
         else:
             assert pair == "continuation" and pref == "both_good"
@@ -85,7 +96,8 @@ def test_silver_false_share_and_labels_match_construction(rounds: list[dict]) ->
     # reproducible; the share and the reply items are configurable
     assert build_silver(rounds, tax, load_config(), 0.25, seed=3)[0] == items
     none_false, _ = build_silver(rounds, tax, load_config(), 0.0, seed=3, reply_items=False)
-    assert all(all(it["labels"][s] for s in ("step1", "step2", "step3")) for it in none_false)
+    assert all(it["labels"]["step1"] and it["labels"]["step2"] for it in none_false)
+    assert all(it["labels"]["step3"] == (it["construction"]["pair"] not in HACK_CANDIDATE) for it in none_false)
     with pytest.raises(ValueError):
         build_silver(rounds, tax, load_config(), 1.5)
 
@@ -158,7 +170,7 @@ def test_emit_columns_messages_and_dialogue_split(tmp_path: Path, rounds: list[d
         dd = load_from_disk(str(out / "judge_sft" / mode))
         assert set(dd) == {"train", "heldout"}
         assert dd["train"].column_names == ["messages", "dialogue_id", "history", "reference", "candidate", "labels",
-                                            "mode", "source"]
+                                            "mode", "source", "negative"]
         assert len(dd["train"]) + len(dd["heldout"]) == 2 * len(items)
         train_ids = {d.split("#")[0] for d in dd["train"]["dialogue_id"]}
         held_ids = {d.split("#")[0] for d in dd["heldout"]["dialogue_id"]}

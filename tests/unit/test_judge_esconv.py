@@ -9,23 +9,12 @@ import pytest
 
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
-from data_builder.cli import main
-from data_builder.contrast import NEGATIVE_KINDS, build_contrast
+from data_builder.contrast import NEGATIVE_KINDS, POLICY_KINDS, build_contrast
 from data_builder.emit import build_judge_sft
-from data_builder.records import read_jsonl
+from data_builder.negatives import HACK_KINDS
 from data_builder.silver import build_silver
 from data_builder.silver_text import load_config
 from reward_trainer.contrast import auc, summarise
-
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder"
-
-
-@pytest.fixture()
-def corpus(tmp_path: Path) -> tuple[list[dict], list[dict]]:
-    assert main(["ingest", "--quiet", "--format", "esconv", "--out", str(tmp_path / "i"), str(FIX / "esconv.json")]) == 0
-    dialogues = str(tmp_path / "i" / "dialogues.jsonl")
-    assert main(["sample", "--quiet", "--rounds", "5", "--out", str(tmp_path / "s"), dialogues]) == 0
-    return list(read_jsonl(tmp_path / "s" / "rounds.jsonl")), list(read_jsonl(dialogues))
 
 
 def test_reply_rows_render_only_in_reply_mode(corpus: tuple[list[dict], list[dict]]) -> None:
@@ -46,7 +35,8 @@ def test_contrast_negatives_differ_from_the_positive_in_one_part(corpus: tuple[l
     groups, counts = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
     assert counts["groups"] == len(groups) > 0
     part_of = {"similar_problem": "analysis", "wrong_emotion": "emotion", "unused_strategy": "strategy",
-               "other_round": "response", "other_dialogue": "response"}
+               "stage_mismatch": "strategy",
+               **{k: "response" for k in ("other_round", "other_dialogue", *HACK_KINDS, *POLICY_KINDS)}}
     for g in groups:
         pos = parse(g["candidates"]["positive"])
         assert pos.ok and pos.response == g["references"]["gold"] and g["strategy"] in pos.parts["strategy"]

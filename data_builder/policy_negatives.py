@@ -1,0 +1,231 @@
+"""Stage ``policy-negatives``: what GRPO policies really wrote to game the judge, marked by rule, as negative replies.
+
+Input: COMPEER loop folders (``compeer-loop``; e.g. an extracted ``results.tar.xz``), each holding
+``eval/<policy>/records.jsonl``: one policy's reply per evaluation prompt (``id`` = ``<dialogue id>#r<round>``,
+``history``, ``text`` = the reply, ``raw``, ``format_ok``). Every ``records.jsonl`` below a folder is read, so reply
+records written during training in that schema would be read too; the loop's GRPO logs (``<arm>/metrics.jsonl``) hold
+figures only, no completion text. The split of a prompt (``train`` | ``valid``) is that of its dialogue in the
+``--dialogues SPLIT=FILE`` ingest outputs; prompts of other dialogues are skipped and counted.
+
+:class:`Labeller` marks a reply by the first rule that holds (thresholds and word lists: ``silver.yaml``
+``policy_labeller``): ``empty``, ``stage_label``, ``judge_wording``, ``repetition``, ``truncated`` (kind
+``degenerate``), ``dismissive`` (``dismissive``), ``echo`` (``echo``), ``template`` (the kind of the rule-made text
+it repeats), ``short_no_content``, ``repeated_across_prompts`` (``generic``). A reply no rule marks is not a
+negative and is left out. Output ``policy_negatives.jsonl``: one ``policy_negative`` record per marked reply with its
+``kind``, ``rule``, ``text`` and where it came from (``run`` = the loop folder's name, ``policy``, ``prompt_id``,
+``dialogue_id``, ``round_index``, ``split``) and ``conversation_free`` (no content word of its own conversation, the
+dialogue's situation included, and not an echo: usable beside any conversation). No conversation text is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cer.reasoning import RESPONSE_PART
+from cer.taxonomy import Taxonomy, load_taxonomy
+from data_builder.negatives import END_PUNCT, POLICY_NEGATIVE, content_words, normalise, sentences, words
+from data_builder.records import DIALOGUE, Record, base_dialogue_id, read_jsonl, read_records, write_jsonl
+from data_builder.silver_text import REPLY_POOLS, SilverConfig, load_config
+from data_builder.stage import StageError, StageRun
+
+KIND_OF_RULE: dict[str, str] = {
+    "empty": "degenerate", "stage_label": "degenerate", "judge_wording": "degenerate", "repetition": "degenerate",
+    "truncated": "degenerate", "dismissive": "dismissive", "echo": "echo", "short_no_content": "generic",
+    "repeated_across_prompts": "generic"}
+TEMPLATE_KINDS: tuple[str, ...] = ("generic", "dismissive")
+RECORDS_FILE = "records.jsonl"
+
+
+def _literal_openings(phrasings: Iterable[str], min_words: int) -> set[str]:
+    """The fixed text before the first ``{field}`` of each phrasing, in lower case, when it has enough words or is a
+    label (ends with a colon)."""
+    out = set()
+    for p in phrasings:
+        head = p.split("{", 1)[0].strip().lower()
+        if len(head.split()) >= min_words or head.endswith(":"):
+            out.add(head)
+    return out
+
+
+@dataclass
+class Labeller:
+    """Marks the replies that game the judge (module docstring); ``repeated``: texts (:func:`normalise`) written
+    for at least ``min_repeat_prompts`` prompts, from :func:`repeated_texts`."""
+
+    cfg: SilverConfig
+    taxonomy: Taxonomy
+    repeated: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        rules = self.cfg.labeller
+        stages = set(self.taxonomy.stages) | {v for t in self.cfg.templates.values() for v in t["stages"].values()}
+        names = "|".join(sorted(map(re.escape, stages), key=len, reverse=True))
+        nouns = "|".join(map(re.escape, rules.stage_nouns))
+        self._stage = re.compile(rf"\b(?:{names})\W*(?:{nouns})\b|^\W*(?:{names})\W*$", re.IGNORECASE)
+        steps = [p for t in self.cfg.templates.values() for k in ("analysis", "emotion", "strategy") for p in t[k]]
+        self._openings = tuple(_literal_openings(steps, 2) | {m.lower() for m in rules.judge_markers if m.endswith(":")})
+        self._markers = tuple(_literal_openings((p for ps in self.cfg.rationales.values() for p in ps), 3)
+                              | {m.lower() for m in rules.judge_markers})
+        self._dismissive = re.compile("|".join(rules.dismissive_patterns), re.IGNORECASE)
+        self._templates = {normalise(t): kind for lang in self.cfg.negative_replies for kind in TEMPLATE_KINDS
+                           for pool in REPLY_POOLS for t in self.cfg.hack_texts(lang, kind, pool)}
+
+    def label(self, text: str, history: list[dict[str, Any]], raw: str | None = None,
+              format_ok: bool = True) -> tuple[str, str] | None:
+        """``(kind, rule)`` of a policy reply in its conversation, or None when no rule marks it."""
+        rules = self.cfg.labeller
+        low, ws = text.lower().strip(), words(text)
+        if not ws:
+            return "degenerate", "empty"
+        if self._stage.search(low):
+            return "degenerate", "stage_label"
+        if low.startswith(self._openings) or any(m in low for m in self._markers):
+            return "degenerate", "judge_wording"
+        said = Counter(normalise(s) for s in sentences(text) if len(words(s)) >= rules.min_repeat_sentence_words)
+        if said and max(said.values()) >= 2:
+            return "degenerate", "repetition"
+        if (not format_ok and raw is not None and f"</{RESPONSE_PART}>" not in raw.lower()
+                and len(ws) >= rules.min_truncated_words and not text.rstrip().endswith(tuple(END_PUNCT))):
+            return "degenerate", "truncated"
+        if self._dismissive.search(text):
+            return "dismissive", "dismissive"
+        seeker = [words(t["text"]) for t in history if t["role"] == "seeker"]
+        run = max((_common_run(ws, s) for s in seeker), default=0)
+        if run >= rules.min_echo_words and run >= rules.echo_share * len(ws):
+            return "echo", "echo"
+        if (kind := self._templates.get(normalise(text))) is not None:
+            return kind, "template"
+        said_there = set().union(*(content_words(t["text"], rules.stopwords) for t in history))
+        if "?" not in text and len(ws) <= rules.max_short_words and not content_words(text, rules.stopwords) & said_there:
+            return "generic", "short_no_content"
+        if normalise(text) in self.repeated:
+            return "generic", "repeated_across_prompts"
+        return None
+
+
+def _common_run(a: list[str], b: list[str]) -> int:
+    """Length of the longest run of words found in both ``a`` and ``b``."""
+    best, prev = 0, [0] * (len(b) + 1)
+    for x in a:
+        cur = [0] * (len(b) + 1)
+        for j, y in enumerate(b, 1):
+            if x == y:
+                cur[j] = prev[j - 1] + 1
+                best = max(best, cur[j])
+        prev = cur
+    return best
+
+
+def repeated_texts(replies: Iterable[tuple[str, str]], min_prompts: int) -> set[str]:
+    """Texts (:func:`normalise`) written for at least ``min_prompts`` distinct prompts; ``replies``: (prompt id,
+    text) pairs."""
+    prompts: dict[str, set[str]] = defaultdict(set)
+    for prompt, text in replies:
+        prompts[normalise(text)].add(prompt)
+    return {t for t, p in prompts.items() if len(p) >= min_prompts}
+
+
+@dataclass(frozen=True)
+class PolicyReply:
+    """One reply a policy wrote on one prompt, with where it came from."""
+
+    run: str
+    policy: str
+    file: Path
+    record: Record
+
+
+def read_loop_replies(folders: list[Path]) -> list[PolicyReply]:
+    """Every reply record of ``records.jsonl`` files below the loop folders (policy = the file's folder name)."""
+    out: list[PolicyReply] = []
+    for folder in folders:
+        files = sorted(folder.rglob(RECORDS_FILE))
+        if not files:
+            raise StageError(f"{folder}: no {RECORDS_FILE} below it (not a compeer-loop folder?)")
+        for f in files:
+            out.extend(PolicyReply(folder.name, f.parent.name, f, rec) for rec in read_jsonl(f)
+                       if isinstance(rec.get("text"), str) and "id" in rec)
+    return out
+
+
+def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situations: dict[str, str],
+                  cfg: SilverConfig, taxonomy: Taxonomy) -> tuple[list[Record], Counter[str]]:
+    """The ``policy_negative`` records of the replies some rule marks; returns them and counts."""
+    counts: Counter[str] = Counter()
+    labeller = Labeller(cfg, taxonomy, repeated_texts(((p.record["id"], p.record["text"]) for p in replies),
+                                                      cfg.labeller.min_repeat_prompts))
+    out: list[Record] = []
+    for p in replies:
+        rec = p.record
+        dialogue_id, _, round_index = str(rec["id"]).rpartition("#r")
+        counts[f"read_{p.run}_{p.policy}"] += 1
+        split = split_of.get(base_dialogue_id(dialogue_id))
+        if split is None or not round_index.isdigit():
+            counts["skipped_unknown_dialogue"] += 1
+            continue
+        history = rec.get("history") or []
+        marked = labeller.label(rec["text"], history, rec.get("raw"), bool(rec.get("format_ok", True)))
+        if marked is None:
+            counts[f"not_marked_{split}"] += 1
+            continue
+        kind, rule = marked
+        said = " ".join([t["text"] for t in history] + [situations.get(dialogue_id, "")])
+        free = kind != "echo" and not content_words(rec["text"], cfg.labeller.stopwords) & content_words(
+            said, cfg.labeller.stopwords)
+        counts[f"kind_{kind}"] += 1
+        counts[f"rule_{rule}"] += 1
+        counts[f"split_{split}"] += 1
+        counts["conversation_free"] += free
+        out.append({"record": POLICY_NEGATIVE, "kind": kind, "rule": rule, "text": rec["text"], "run": p.run,
+                    "policy": p.policy, "prompt_id": rec["id"], "dialogue_id": dialogue_id,
+                    "round_index": int(round_index), "split": split, "conversation_free": free,
+                    "format_ok": bool(rec.get("format_ok", True))})
+    counts["negatives"] = len(out)
+    counts["distinct_texts"] = len({normalise(r["text"]) for r in out})
+    return out, counts
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``compeer-data policy-negatives``."""
+    p = sub.add_parser("policy-negatives", help="mark the replies GRPO policies wrote to game the judge",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="folders", action="append", required=True, type=Path, metavar="DIR",
+                   help="a compeer-loop folder (repeatable; its name is the records' `run`)")
+    p.add_argument("--dialogues", action="append", required=True, metavar="SPLIT=FILE",
+                   help="ingest output of a split, e.g. valid=ingest-valid/dialogues.jsonl (repeatable)")
+    p.add_argument("--out", required=True, type=Path, help="output folder (created); gets manifest.json")
+    p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
+    p.add_argument("--config", default=None, help="silver construction YAML (default: packaged silver.yaml)")
+    p.add_argument("--quiet", action="store_true", help="do not print the summary table")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> int:
+    """Execute the policy-negatives stage."""
+    split_files: dict[str, str] = {}
+    for spec in args.dialogues:
+        split, sep, path = spec.partition("=")
+        if not sep or not split or not path:
+            raise StageError(f"--dialogues {spec!r}: expected SPLIT=FILE")
+        split_files[path] = split
+    replies = read_loop_replies(list(args.folders))
+    st = StageRun("policy-negatives", args.out, argv, sorted({str(r.file) for r in replies}) + list(split_files),
+                  params={"from": [str(f) for f in args.folders], "dialogues": args.dialogues})
+    split_of: dict[str, str] = {}
+    situations: dict[str, str] = {}
+    for path, split in split_files.items():
+        for d in read_records([Path(path)], (DIALOGUE,)):
+            split_of[base_dialogue_id(d["id"])] = split
+            situations[d["id"]] = str((d.get("meta") or {}).get("situation") or "")
+    records, counts = label_replies(replies, split_of, situations, load_config(args.config),
+                                    load_taxonomy(args.taxonomy))
+    write_jsonl(st.path("policy_negatives.jsonl"), records)
+    st.counts = {k: counts[k] for k in sorted(counts)}
+    st.finish(quiet=args.quiet)
+    return 0
