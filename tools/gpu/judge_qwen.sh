@@ -20,6 +20,13 @@ S=/tmp/cp-stage R=/tmp/qwen-run
 mkdir -p "$S" "$R"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# .gpu-tf carried (transformers/peft/tokenizers as pinned in requirements/cpu.lock, --no-deps wheels): installed once
+# into /tmp/tfsite and put first on the path of every later call (the machine's own transformers 5.17 is older)
+if [ -d .gpu-tf ] && [ ! -f /tmp/tfsite/.ok ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/tfsite .gpu-tf/*.whl && touch /tmp/tfsite/.ok
+fi
+[ -f /tmp/tfsite/.ok ] && export PYTHONPATH=/tmp/tfsite:$PYTHONPATH
 W=$R/data D=$R/data/emit/judge_sft
 PROFILE=${PROFILE:-gpu-qwen15-esconv} MODEL=${JUDGE_MODEL:-qwen2.5-coder-1.5b}
 EVAL=(--model "$MODEL" --device cuda --max-batch 128 --concurrency 128 --no-audit)
@@ -76,12 +83,21 @@ wait_pipeline() {
   tail -n 3 $R/pipeline.log; grep -h "'loss'" $R/train-*.log 2>/dev/null | tail -n 3; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
 }
 
-case "${1:?start|wait|pipeline|collect}" in
+prepare() {  # the base converted once (bf16), the data built once
+  [ -f "$S"/esconv.tar.xz ] || cp .gpu-judge/esconv.tar.xz "$S"/ || { echo "carry .gpu-judge" >&2; return 1; }
+  python3 -c 'import transformers, peft; print("transformers", transformers.__version__, "peft", peft.__version__)'
+  python3 -m judge.model_store bfloat16 --model "$MODEL" --adapter none || return 1
+  [ -d "$D" ] && return 0
+  bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $W > $R/build.log 2>&1 || { tail -20 $R/build.log; return 1; }
+  tail -n 3 $R/build.log
+}
+
+case "${1:?prepare|start|wait|pipeline|collect}" in
+prepare)
+  prepare || exit 1
+  ;;
 start)
-  [ -f "$S"/esconv.tar.xz ] || cp .gpu-judge/esconv.tar.xz "$S"/ || { echo "carry .gpu-judge" >&2; exit 1; }
-  python3 -m judge.model_store bfloat16 --model "$MODEL" --adapter none || exit 1
-  bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $W > $R/build.log 2>&1 || { tail -20 $R/build.log; exit 1; }
-  tail -n 30 $R/build.log
+  prepare || exit 1
   setsid nohup bash tools/gpu/judge_qwen.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
   sleep 5
   wait_pipeline
