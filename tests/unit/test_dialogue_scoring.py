@@ -64,7 +64,7 @@ async def test_dialogue_scored_identically_over_both_fronts(svc: Service) -> Non
     # a plain reply: judged point-wise, no step, preference or format score
     assert (plain["index"], plain["mode"], plain["status"]) == (3, "reply", "ok")
     assert plain["steps"] == [] and plain["preference"] is None
-    assert plain["reply"] == {"verdict": True, "valid": True, "judged": True}
+    assert plain["reply"] == {"verdict": True, "valid": True, "judged": True, "p_true": None}
     assert plain["rewards"] == {"steps": [], "preference": None, "format": None, "reply": 1.0, "total": 1.0}
     agg = body["aggregate"]
     assert (agg["turns"], agg["scorable"], agg["scored"], agg["mean_total"], agg["min_total"]) == (2, 2, 2, 3.0, 1.0)
@@ -100,7 +100,7 @@ async def test_reply_verdicts_false_and_unparsable() -> None:
         res = (await s.http.post("/v1/dialogues:score", json=DIALOGUE)).json()
         plain = res["turns"][1]
         assert plain["status"] == "parse_failed" and plain["rewards"]["total"] is None
-        assert plain["reply"] == {"verdict": None, "valid": False, "judged": True}
+        assert plain["reply"] == {"verdict": None, "valid": False, "judged": True, "p_true": None}
         assert res["aggregate"]["scored"] == 1 and res["aggregate"]["mean_total"] == 5.0
         assert "reply" not in res["aggregate"]["components"]
 
