@@ -20,12 +20,23 @@ never filled in from the discrete verdict. cf. GenRM's P(Yes) and G-Eval's proba
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cer.modes import JudgeMode
 from cer.reasoning import ParsedOutput
 from cer.verdicts import Preference, favourable
+
+
+class RewardKind(str, enum.Enum):
+    """Which reward a consumer trains or reports on: ``graded`` (expected rewards under the judge's label
+    probabilities; GRPO's default: candidates the judge is equally sure about still differ) or ``discrete`` (the
+    paper's +1/-1 per verdict)."""
+
+    GRADED = "graded"
+    DISCRETE = "discrete"
+
 
 STEP_TRUE, STEP_FALSE = 1.0, -1.0
 PREF_WIN, PREF_LOSE = 1.0, -1.0

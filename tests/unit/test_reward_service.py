@@ -55,8 +55,11 @@ class Service:
 
 
 async def make_service(responder: Any = None, *, delay: float = 0.0, start: bool = True, cache: Any = None,
-                       server: dict[str, Any] | None = None, **judge: Any) -> AsyncIterator[Service]:
-    engine = FakeEngine(responder or scripted_judge(), delay=delay,
+                       server: dict[str, Any] | None = None, logprobs: Any = None,
+                       **judge: Any) -> AsyncIterator[Service]:
+    """The service on a FakeEngine (``logprobs``: its fake logprobs maker, e.g. ``verdict_logprobs()``; None: an
+    engine without logprobs, so no graded rewards)."""
+    engine = FakeEngine(responder or scripted_judge(), delay=delay, logprobs=logprobs,
                         config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"))
     # fake backend: not validated; ``server``: other ServerConfig fields
     config = ServerConfig(engine=engine.config, judge=JudgeSettings(**judge), **(server or {}))
