@@ -63,13 +63,25 @@ def parse_label(kind: Kind, raw: str) -> Verdict | None:
         return None
 
 
+def _last_lines(judge_output: str, n: int) -> list[re.Match[str] | None]:
+    """The last ``n`` verdict lines, in order; None for the earliest entries when there are fewer."""
+    found = list(_VERDICT_LINE.finditer(judge_output))
+    tail = found[-n:] if n else []
+    return [None] * (n - len(tail)) + tail
+
+
+def verdict_label_starts(judge_output: str, n: int) -> list[int | None]:
+    """Where the label of each of the last ``n`` verdict lines begins (a character offset into ``judge_output``), in
+    order; None for the earliest entries when there are fewer than ``n`` lines. These are the lines
+    :func:`parse_verdicts` reads."""
+    return [None if m is None else m.start(1) for m in _last_lines(judge_output, n)]
+
+
 def parse_verdicts(judge_output: str, kinds: list[Kind]) -> list[Verdict | None]:
     """Verdicts of one judge round, one per entry of ``kinds``; None where unparsable.
 
     The last ``len(kinds)`` verdict lines of ``judge_output`` are matched to ``kinds`` in order. With fewer
     lines than kinds, the earliest components are the ones left None.
     """
-    found = [m.group(1) for m in _VERDICT_LINE.finditer(judge_output)]
-    tail = found[-len(kinds) :] if kinds else []
-    padded: list[str | None] = [None] * (len(kinds) - len(tail)) + list(tail)
-    return [None if raw is None else parse_label(k, raw) for k, raw in zip(kinds, padded)]
+    lines = _last_lines(judge_output, len(kinds))
+    return [None if m is None else parse_label(k, m.group(1)) for k, m in zip(kinds, lines)]

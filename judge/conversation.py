@@ -1,6 +1,10 @@
 """The judge conversation of one candidate, run on an engine: each round of :func:`judge.protocol.plan_rounds` is
 generated under the round's verdict constraint, parsed by the one verdict parser (:func:`cer.verdicts.parse_verdicts`)
-and re-generated while unparsable (:func:`judge.generation.generate_validated`); every round sees the earlier ones."""
+and re-generated while unparsable (:func:`judge.generation.generate_validated`); every round sees the earlier ones.
+
+With ``JudgeSettings.verdict_probs`` on an engine that ``supports_logprobs``, each round also asks for the top-k
+logprobs and keeps, per component, the probability of each verdict label (:func:`judge.verdict_probs
+.label_distributions`, read from the accepted attempt): the graded rewards' input (:func:`judgment_rewards`)."""
 
 from __future__ import annotations
 
@@ -8,32 +12,73 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cer import rewards
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from cer.reasoning import ParsedOutput
 from cer.taxonomy import Taxonomy
-from cer.verdicts import Verdict, parse_verdicts
+from cer.verdicts import STEP_LABELS, Preference, Verdict, parse_verdicts
 from judge.engines.base import Engine, GenParams, Message
 from judge.generation import RetryPolicy, generate_validated
-from judge.protocol import JudgeSettings, RoundPlan, Template, plan_rounds, round_constraint
+from judge.protocol import (
+    PREFERENCE,
+    REPLY,
+    STEP_COMPONENTS,
+    JudgeSettings,
+    RoundPlan,
+    Template,
+    plan_rounds,
+    round_constraint,
+)
+from judge.verdict_probs import LabelDistribution, label_distributions
+
+#: The alternatives asked for per output token (OpenAI's and vLLM's limit).
+VERDICT_TOP_K = 20
 
 
 @dataclass
 class CandidateJudgment:
-    """What the judge said about one candidate."""
+    """What the judge said about one candidate: per component its verdict and, when asked, its label probabilities
+    (``probs``: None where the engine returned none, no alternative fitted a label, or the round failed)."""
 
     verdicts: dict[str, Verdict | None] = field(default_factory=dict)
     judged: set[str] = field(default_factory=set)
     texts: list[str] = field(default_factory=list)
     generations: int = 0
+    probs: dict[str, LabelDistribution | None] = field(default_factory=dict)
+
+    def p_true(self, component: str) -> float | None:
+        """P(True) of a True/False component (a step, the reply verdict); None when unknown."""
+        dist = self.probs.get(component)
+        return None if dist is None else dist[STEP_LABELS[0]]
+
+    def preference_probs(self) -> dict[Preference, float] | None:
+        """The preference's label probabilities; None when unknown."""
+        dist = self.probs.get(PREFERENCE)
+        return None if dist is None else {Preference(label): p for label, p in dist.items()}
 
 
-def round_params(settings: JudgeSettings, engine: Engine, components: tuple[str, ...]) -> GenParams:
-    """The first attempt's sampling of a round deciding ``components``, constrained where the engine can."""
+def judgment_rewards(j: CandidateJudgment, parsed: ParsedOutput,
+                     mode: JudgeMode) -> tuple[rewards.CandidateRewards, rewards.CandidateRewards]:
+    """The discrete and the graded rewards of a judged candidate (:mod:`cer.rewards`)."""
+    steps = [v if isinstance(v := j.verdicts.get(c), bool) else None for c in STEP_COMPONENTS]
+    pref = j.verdicts.get(PREFERENCE)
+    reply = j.verdicts.get(REPLY)
+    discrete = rewards.candidate_rewards(parsed, mode, steps, pref if isinstance(pref, Preference) else None,
+                                         reply if isinstance(reply, bool) else None)
+    graded = rewards.graded_candidate_rewards(parsed, mode, [j.p_true(c) for c in STEP_COMPONENTS],
+                                              j.preference_probs(), j.p_true(REPLY))
+    return discrete, graded
+
+
+def round_params(settings: JudgeSettings, engine: Engine, components: tuple[str, ...],
+                 logprobs: int | None = None) -> GenParams:
+    """The first attempt's sampling of a round deciding ``components``, constrained where the engine can, asking for
+    ``logprobs`` alternatives per token when given."""
     regex, max_line = (round_constraint(components, settings.rationale_max_chars, engine.supports_line_bound)
                        if settings.constrain and engine.supports_regex else (None, None))
     return GenParams(max_tokens=settings.max_tokens_per_component * len(components), temperature=settings.temperature,
-                     top_p=settings.top_p, seed=settings.seed, regex=regex, max_line_chars=max_line)
+                     top_p=settings.top_p, seed=settings.seed, regex=regex, max_line_chars=max_line, logprobs=logprobs)
 
 
 def retry_policy(settings: JudgeSettings) -> RetryPolicy:
@@ -56,6 +101,11 @@ class Judge:
     def constrained(self) -> bool:
         return self.settings.constrain and self.engine.supports_regex
 
+    @property
+    def graded(self) -> bool:
+        """The judge reads verdict probabilities (``verdict_probs`` on an engine that returns logprobs)."""
+        return self.settings.verdict_probs and self.engine.supports_logprobs
+
     async def judge(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
                     mode: JudgeMode) -> CandidateJudgment:
         """Judge one candidate; unparsable rounds are re-generated up to ``max_retries`` times.
@@ -65,20 +115,24 @@ class Judge:
         out = CandidateJudgment()
         policy = retry_policy(self.settings)
         messages: list[Message] = [{"role": "system", "content": self.template.system}]
+        top_k = min(VERDICT_TOP_K, self.engine.max_logprobs) if self.graded else None
         for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed):
             messages.append({"role": "user", "content": plan.user})
-            params = round_params(self.settings, self.engine, plan.components)
+            params = round_params(self.settings, self.engine, plan.components, logprobs=top_k)
             result = await generate_validated(self.engine, messages, params, _all_verdicts(plan), policy,
                                               request_id=f"judge-{next(self._ids)}")
             out.generations += result.generations
             if result.engine_error is not None:
                 raise result.engine_error
             verdicts = result.value if result.value is not None else parse_verdicts(result.text, plan.kinds)
+            dists = label_distributions(result.text, result.tokens if result.ok else None, plan.kinds)
             messages.append({"role": "assistant", "content": result.text})
             out.texts.append(result.text)
-            for c, v in zip(plan.components, verdicts):
+            for c, v, d in zip(plan.components, verdicts, dists):
                 out.verdicts[c] = v
                 out.judged.add(c)
+                if top_k is not None:
+                    out.probs[c] = d
         return out
 
 
@@ -91,4 +145,4 @@ def _all_verdicts(plan: RoundPlan) -> Callable[[str], list[Verdict | None] | Non
     return validate
 
 
-__all__ = ["CandidateJudgment", "Judge", "retry_policy", "round_params"]
+__all__ = ["VERDICT_TOP_K", "CandidateJudgment", "Judge", "judgment_rewards", "retry_policy", "round_params"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from judge.engines.base import Engine, EngineError, GenParams, Message
+from judge.engines.base import Engine, EngineError, GenParams, Message, TokenLogprobs
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,6 +112,7 @@ class Validated(Generic[T]):
     generations: int
     cache_hits: int
     engine_error: EngineError | None = None
+    tokens: list[TokenLogprobs] | None = None
 
     @property
     def ok(self) -> bool:
@@ -135,12 +136,13 @@ async def generate_validated(engine: EngineSource, messages: Sequence[Message], 
     ``cache`` + ``identity``: look each attempt up before generating and store what was generated.
     """
     text, generations, hits = "", 0, 0
+    tokens: list[TokenLogprobs] | None = None
     for attempt in range(policy.max_retries + 1):
         p = policy.params(params, attempt)
         key = attempt_key(identity or {}, messages, p, attempt) if cache is not None else ""
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
-            text = cached
+            text, tokens = cached, None
             hits += 1
         else:
             started = engine if isinstance(engine, Engine) else await engine()  # a failed start is raised
@@ -148,14 +150,14 @@ async def generate_validated(engine: EngineSource, messages: Sequence[Message], 
                 result = await started.generate(list(messages), p, request_id=f"{request_id}-a{attempt}")
             except EngineError as exc:
                 return Validated(None, text, attempt + 1, generations, hits, engine_error=exc)
-            text = result.text
+            text, tokens = result.text, result.tokens
             generations += 1
             if cache is not None:
                 cache.put(key, text)
         value = validate(text)
         if value is not None:
-            return Validated(value, text, attempt + 1, generations, hits)
-    return Validated(None, text, policy.max_retries + 1, generations, hits)
+            return Validated(value, text, attempt + 1, generations, hits, tokens=tokens)
+    return Validated(None, text, policy.max_retries + 1, generations, hits, tokens=tokens)
 
 
 __all__ = ["DiskCache", "GenerationCache", "RetryPolicy", "Validated", "attempt_key", "generate_validated"]

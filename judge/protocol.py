@@ -219,6 +219,9 @@ class JudgeSettings:
     rationale_max_chars: int = setting(100, help="the longest one-line rationale the verdict grammar allows")
     constrain: bool = setting(True, help="constrain each round to the verdict grammar where the engine can (off: "
                                          "parse + retry only)")
+    verdict_probs: bool = setting(True, help="ask the engine for the verdict token's probabilities (top-k logprobs) "
+                                             "where it can, for graded rewards (off, or an engine without logprobs: "
+                                             "discrete rewards only)")
 
 
 def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],

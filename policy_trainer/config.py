@@ -21,6 +21,7 @@ from trl import GRPOConfig
 
 from cer.modes import RewardJudgeMode
 from cer.redundancy import RedundancyMode
+from cer.rewards import RewardKind
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 # host:port, [v6]:port, or a gRPC dns target ("dns:///reward-headless:50051": round-robin over every pod behind it)
@@ -57,6 +58,15 @@ class CompeerGRPOConfig(GRPOConfig):
         default=RewardJudgeMode.UNIFIED.value,
         metadata={"help": f"How rewards are judged: {_choices(RewardJudgeMode)}. prm_orm is the paper's POR "
                           "ablation (modes prm and orm on the same server, summed with the format reward)."},
+    )
+    reward_kind: str = field(
+        default=RewardKind.GRADED.value,
+        metadata={"help": f"Which total is the reward: {_choices(RewardKind)}. graded: each component's expected "
+                          "reward under the judge's verdict-label probabilities (2 P(True) - 1 per step, the expected "
+                          "preference reward, the format reward), so candidates the judge is equally sure about still "
+                          "differ; needs a reward server that serves them (Info/meta `graded`), else the run stops "
+                          "naming this setting. discrete: the paper's +1/-1 per verdict. Redundancy reweighting "
+                          "applies to either; both are logged (compeer/graded_*, compeer/step_reward_mean, ...)."},
     )
     reward_timeout_s: float = field(
         default=120.0,
@@ -178,6 +188,7 @@ class CompeerGRPOConfig(GRPOConfig):
         self.judge_mode = _enum_value(RewardJudgeMode, self.judge_mode, "judge_mode")
         if self.orm_reward_server and self.judge_mode != RewardJudgeMode.PRM_ORM.value:
             raise ValueError("orm_reward_server is used by judge_mode prm_orm only; drop it or set judge_mode: prm_orm")
+        self.reward_kind = _enum_value(RewardKind, self.reward_kind, "reward_kind")
         self.redundancy_mode = _enum_value(RedundancyMode, self.redundancy_mode, "redundancy_mode")
         self.length_unit = _enum_value(LengthUnit, self.length_unit, "length_unit")
         for name in ("redundancy_alpha", "redundancy_beta"):

@@ -22,8 +22,10 @@ SUMMARY_FILE = "summary.json"
 #: Plot name -> the metric keys drawn on it.
 PLOTS: dict[str, tuple[str, ...]] = {
     "reward_components": ("compeer/step_reward_mean", "compeer/preference_reward_mean",
-                          "compeer/format_reward_mean"),
-    "reward_reweighting": ("compeer/reward_raw_mean", "compeer/reward_reweighted_mean", "reward"),
+                          "compeer/format_reward_mean", "compeer/graded_step_reward_mean",
+                          "compeer/graded_preference_reward_mean"),
+    "reward_reweighting": ("compeer/reward_raw_mean", "compeer/reward_reweighted_mean", "reward",
+                           "compeer/discrete_total_mean", "compeer/graded_total_mean"),
     "redundancy": ("compeer/s_in_mean", "compeer/s_hi_mean", "compeer/tau_mean"),
     "failures": ("compeer/parse_failure_rate", "compeer/timeout_rate", "compeer/engine_error_rate",
                  "compeer/unscored_rate",

@@ -4,6 +4,9 @@ One call per generation batch: the batch's completions are split into rollout gr
 ``num_generations`` completions of a prompt next to each other), all groups go to the server in ONE ``ScoreBatch``
 RPC, and each group's rewards are reweighted with the similarities the server returned. Items the judge could not
 score get ``None`` (TRL turns it into NaN and leaves the item out of the group baseline): never a made-up 0.
+The reward is the graded total by default (``reward_kind``, :mod:`policy_trainer.scores`), the discrete one on
+request; a server that serves no graded rewards while ``reward_kind`` is graded stops the run with
+:class:`GradedRewardsUnavailable` naming the setting (never a silent switch to the discrete totals).
 A failed or timed-out call (after the client's retries, within ``reward_timeout_s``) makes that batch's rewards
 None and is counted; it never blocks training for longer than the deadline.
 
@@ -17,23 +20,25 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cer.dialogue import Turn
 from cer.modes import JudgeMode, RewardJudgeMode
 from cer.redundancy import RedundancyMode, reweight
-from cer.rewards import total_reward
+from cer.rewards import RewardKind
 from policy_trainer.config import CompeerGRPOConfig, LengthUnit
-from reward_server.client import RewardCallError
-from reward_server.types import (
-    CandidateResult,
-    ErrorInfo,
-    GroupRequest,
-    GroupResponse,
-    ScoreOptions,
-    Status,
+from policy_trainer.scores import (
+    GradedRewardsUnavailable,
+    ItemScore,
+    RewardBatchStats,
+    check_graded,
+    combine_prm_orm,
+    outcomes,
+    single,
 )
+from reward_server.client import RewardCallError
+from reward_server.types import ErrorInfo, GroupRequest, GroupResponse, ScoreOptions
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,7 @@ class RewardSettings:
     alpha: float = 0.5
     beta: float = 5.0
     length_unit: LengthUnit = LengthUnit.TOKENS
+    reward_kind: RewardKind = RewardKind.GRADED
     timeout_s: float = 120.0
     #: seconds granted beyond the client's own deadline before a call is abandoned (a guard, not the deadline)
     guard_s: float = 5.0
@@ -76,73 +82,8 @@ class RewardSettings:
     def from_config(cls, cfg: CompeerGRPOConfig) -> RewardSettings:
         return cls(num_generations=cfg.num_generations or 1, judge_mode=RewardJudgeMode(cfg.judge_mode),
                    redundancy_mode=RedundancyMode(cfg.redundancy_mode), alpha=cfg.redundancy_alpha,
-                   beta=cfg.redundancy_beta, length_unit=LengthUnit(cfg.length_unit), timeout_s=cfg.reward_timeout_s)
-
-
-@dataclass
-class ItemScore:
-    """One completion's judged components (None where not obtained)."""
-
-    total: float | None = None
-    steps: list[float | None] = field(default_factory=list)
-    preference: float | None = None
-    format: float | None = None
-    status: Status | None = None  # None: the call for it failed
-    s_in: float | None = None
-    s_hi: float | None = None
-
-
-@dataclass
-class RewardBatchStats:
-    """What one call of the reward function measured; also logged as ``compeer/<name>`` metrics."""
-
-    items: int = 0
-    groups: int = 0
-    scored: int = 0
-    parse_failed: int = 0
-    engine_errors: int = 0
-    timeouts: int = 0
-    call_failures: int = 0
-    group_errors: int = 0
-    similarity_missing: int = 0
-    step_rewards: list[float] = field(default_factory=list)
-    preference_rewards: list[float] = field(default_factory=list)
-    format_rewards: list[float] = field(default_factory=list)
-    raw_rewards: list[float] = field(default_factory=list)
-    reweighted_rewards: list[float] = field(default_factory=list)
-    s_in: list[float] = field(default_factory=list)
-    s_hi: list[float] = field(default_factory=list)
-    taus: list[float] = field(default_factory=list)
-    rpc_s: float = 0.0
-    total_s: float = 0.0
-    server_inference_ms: list[float] = field(default_factory=list)
-    server_group_ms: list[float] = field(default_factory=list)  # queue + inference of each group
-
-    def metrics(self) -> dict[str, float]:
-        """Metric name (without prefix) -> value; means over empty lists are left out rather than made up."""
-        n = max(self.items, 1)
-        out: dict[str, float] = {
-            "parse_failure_rate": self.parse_failed / n,
-            "engine_error_rate": self.engine_errors / n,
-            # capped: in prm_orm mode a timed-out batch is counted once per call
-            "timeout_rate": min(1.0, self.timeouts / n),
-            "unscored_rate": (self.items - self.scored) / n,
-            "reward_call_failures": float(self.call_failures),
-            "reward_call_latency_s": self.rpc_s,
-            "reward_fn_overhead_s": max(0.0, self.total_s - self.rpc_s),
-        }
-        means = {"step_reward_mean": self.step_rewards, "preference_reward_mean": self.preference_rewards,
-                 "format_reward_mean": self.format_rewards, "reward_raw_mean": self.raw_rewards,
-                 "reward_reweighted_mean": self.reweighted_rewards, "s_in_mean": self.s_in, "s_hi_mean": self.s_hi,
-                 "tau_mean": self.taus, "server_inference_ms": self.server_inference_ms}
-        for name, values in means.items():
-            if values:
-                out[name] = sum(values) / len(values)
-        if self.server_group_ms:
-            # groups are judged concurrently, so a call lasts at least its slowest group; the rest of
-            # reward_call_latency_s is transport, (de)serialisation and the client
-            out["server_group_max_ms"] = max(self.server_group_ms)
-        return out
+                   beta=cfg.redundancy_beta, length_unit=LengthUnit(cfg.length_unit),
+                   reward_kind=RewardKind(cfg.reward_kind), timeout_s=cfg.reward_timeout_s)
 
 
 def completion_text(completion: Any) -> str:
@@ -262,8 +203,8 @@ class CompeerReward:
         timeout = self.settings.timeout_s
         t0 = time.perf_counter()
         try:
-            return await asyncio.wait_for(client.score_batch(requests, timeout_s=timeout),
-                                          timeout + self.settings.guard_s)
+            reply = await asyncio.wait_for(client.score_batch(requests, timeout_s=timeout),
+                                           timeout + self.settings.guard_s)
         except RewardCallError as exc:
             stats.call_failures += 1
             if exc.code.name == "DEADLINE_EXCEEDED":
@@ -277,6 +218,8 @@ class CompeerReward:
             return None
         finally:
             stats.rpc_s += time.perf_counter() - t0
+        check_graded(reply, self.settings.reward_kind)
+        return reply
 
     async def _score(self, groups: list[GroupRequest], stats: RewardBatchStats) -> list[list[ItemScore]]:
         mode = self.settings.judge_mode
@@ -285,42 +228,32 @@ class CompeerReward:
             prm_req = [_with_options(g, JudgeMode.PRM, similarity) for g in groups]
             orm_req = [_with_options(g, JudgeMode.ORM, False) for g in groups]
             prm, orm = await asyncio.gather(self._call(prm_req, stats), self._call(orm_req, stats))
-            return [_combine_prm_orm(p, o, len(g.candidates), stats)
-                    for g, p, o in zip(groups, _outcomes(prm, len(groups)), _outcomes(orm, len(groups)))]
+            return [combine_prm_orm(p, o, len(g.candidates), stats)
+                    for g, p, o in zip(groups, outcomes(prm, len(groups)), outcomes(orm, len(groups)))]
         (judge,) = mode.judge_modes
         reply = await self._call([_with_options(g, judge, similarity) for g in groups], stats)
-        return [_single(o, len(g.candidates), stats) for g, o in zip(groups, _outcomes(reply, len(groups)))]
+        return [single(o, len(g.candidates), stats) for g, o in zip(groups, outcomes(reply, len(groups)))]
 
     def _reweight_group(self, scores: list[ItemScore], lengths: list[float], stats: RewardBatchStats) -> list[float | None]:
-        raw = [s.total for s in scores]
-        for s in scores:
-            if s.total is not None:
+        raw = [s.reward(self.settings.reward_kind) for s in scores]
+        for s, r in zip(scores, raw):
+            stats.add(s)
+            if r is not None:
                 stats.scored += 1
-                stats.raw_rewards.append(s.total)
-                stats.step_rewards.extend(v for v in s.steps if v is not None)
-                if s.preference is not None:
-                    stats.preference_rewards.append(s.preference)
-            if s.format is not None:
-                stats.format_rewards.append(s.format)
-            if s.status is Status.PARSE_FAILED:
-                stats.parse_failed += 1
-            elif s.status is Status.TIMEOUT:
-                stats.timeouts += 1
-            elif s.status is Status.ENGINE_ERROR:
-                stats.engine_errors += 1
+                stats.raw_rewards.append(r)
         if self.settings.redundancy_mode is RedundancyMode.OFF:
             stats.reweighted_rewards.extend(r for r in raw if r is not None)
             return raw
         # An item whose similarity the server did not return cannot be reweighted: it gets no reward rather
         # than an unreweighted one that would not be comparable with the rest of its group.
         usable: list[float | None] = []
-        for s in scores:
-            if s.total is not None and (s.s_in is None or s.s_hi is None):
+        for s, r in zip(scores, raw):
+            if r is not None and (s.s_in is None or s.s_hi is None):
                 stats.similarity_missing += 1
                 stats.scored -= 1
                 usable.append(None)
             else:
-                usable.append(s.total)
+                usable.append(r)
         s_in = [s.s_in if s.s_in is not None else 0.0 for s in scores]
         s_hi = [s.s_hi if s.s_hi is not None else 0.0 for s in scores]
         out = reweight(usable, s_in, s_hi, lengths, alpha=self.settings.alpha, beta=self.settings.beta,
@@ -337,60 +270,5 @@ def _with_options(req: GroupRequest, mode: JudgeMode, similarity: bool) -> Group
                         options=ScoreOptions(mode=mode, include_similarity=similarity))
 
 
-def _outcomes(reply: list[GroupResponse | ErrorInfo] | None, n_groups: int) -> list[GroupResponse | ErrorInfo | None]:
-    if reply is None:
-        return [None] * n_groups
-    if len(reply) != n_groups:
-        raise RuntimeError(f"reward server answered {len(reply)} groups for {n_groups} sent (protocol violation)")
-    return list(reply)
-
-
-def _group_results(outcome: GroupResponse | ErrorInfo | None, size: int,
-                   stats: RewardBatchStats) -> list[CandidateResult] | None:
-    if outcome is None:
-        return None
-    if isinstance(outcome, ErrorInfo):
-        stats.group_errors += 1
-        log.warning("reward server rejected a group: %s at %s", outcome.code, outcome.field)
-        return None
-    if len(outcome.results) != size:
-        raise RuntimeError(f"reward server answered {len(outcome.results)} candidates for {size} sent")
-    if outcome.meta.inference_ms:
-        stats.server_inference_ms.append(outcome.meta.inference_ms)
-        stats.server_group_ms.append(outcome.meta.queue_ms + outcome.meta.inference_ms)
-    return outcome.results
-
-
-def _similarity(r: CandidateResult) -> tuple[float | None, float | None]:
-    return (r.similarity.s_in, r.similarity.s_hi) if r.similarity is not None else (None, None)
-
-
-def _single(outcome: GroupResponse | ErrorInfo | None, size: int, stats: RewardBatchStats) -> list[ItemScore]:
-    results = _group_results(outcome, size, stats)
-    if results is None:
-        return [ItemScore() for _ in range(size)]
-    items = []
-    for r in results:
-        ok = r.status is Status.OK
-        s_in, s_hi = _similarity(r)
-        items.append(ItemScore(total=r.rewards.total if ok else None, steps=list(r.rewards.steps),
-                               preference=r.rewards.preference, format=r.rewards.format, status=r.status,
-                               s_in=s_in, s_hi=s_hi))
-    return items
-
-
-def _combine_prm_orm(prm: GroupResponse | ErrorInfo | None, orm: GroupResponse | ErrorInfo | None, size: int,
-                     stats: RewardBatchStats) -> list[ItemScore]:
-    """POR: steps (mode prm) + preference (mode orm) + format, None unless both calls scored the item."""
-    p_res = _group_results(prm, size, stats)
-    o_res = _group_results(orm, size, stats)
-    if p_res is None or o_res is None:
-        return [ItemScore() for _ in range(size)]
-    items = []
-    for p, o in zip(p_res, o_res):
-        status = p.status if p.status is not Status.OK else o.status
-        total = total_reward([*p.rewards.steps, o.rewards.preference, p.rewards.format]) if status is Status.OK else None
-        s_in, s_hi = _similarity(p)
-        items.append(ItemScore(total=total, steps=list(p.rewards.steps), preference=o.rewards.preference,
-                               format=p.rewards.format, status=status, s_in=s_in, s_hi=s_hi))
-    return items
+__all__ = ["ClientFactory", "CompeerReward", "GradedRewardsUnavailable", "GroupingError", "ItemScore", "MetricLogger",
+           "RewardBatchStats", "RewardSettings", "ScoringClient", "completion_text", "split_groups"]

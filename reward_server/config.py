@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cer.modes import JudgeMode
+from cer.rewards import RewardKind
 from judge.engines.base import BACKENDS, EngineConfig
 from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from judge.settings import nested, setting
@@ -30,6 +31,10 @@ class GetRewardSettings:
                                    "the query's label as the reference reply)")
     failure_reward: float | None = setting(None, help="reward (and score 0) given to a query that was not scored; "
                                                       "unset: a call with such a query fails with 502 UNSCORED")
+    kind: RewardKind = setting(RewardKind.GRADED, choices=[k.value for k in RewardKind],
+                               help="which total a /get_reward query gets: graded (the judge's expected reward, as "
+                                    "compeer's GRPO uses; needs an engine with logprobs and --verdict-probs) or "
+                                    "discrete (the paper's +1/-1 verdicts)")
 
 
 @dataclass

@@ -10,21 +10,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from cer import rewards
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from cer.reasoning import PARTS, RESPONSE_PART, ParsedOutput, parse, strip_tags
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
-from cer.verdicts import Kind, Preference, Verdict, parse_label
-from judge.conversation import CandidateJudgment, Judge
+from judge.conversation import Judge
 from judge.engines.base import Engine, EngineError
-from judge.protocol import COMPONENTS, PREFERENCE, REPLY, STEP_COMPONENTS, load_template
+from judge.protocol import COMPONENTS, REPLY, load_template
 from reward_server import __version__
 from reward_server.admission import Admission
 from reward_server.cache import KeyContext, ResultCache, cache_key
@@ -32,54 +29,23 @@ from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
 from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, Overloaded, ServiceError
 from reward_server.metrics import Metrics
+from reward_server.results import Outcome, assemble, invalid_result, judgment_from_record, judgment_to_record
 from reward_server.types import (
     SCORE_MODES,
     CandidateResult,
     ErrorInfo,
-    FormatResult,
     GroupMeta,
     GroupRequest,
     GroupResponse,
     InfoResponse,
-    PreferenceResult,
-    Rewards,
     SamplingInfo,
     Similarity,
     Status,
-    StepResult,
 )
 from reward_server.validation import candidate_error, validate_group
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass
-class _Outcome:
-    """How judging one distinct candidate ended."""
-
-    judgment: CandidateJudgment | None
-    status: Status
-    cache_hit: bool = False
-    error: ErrorInfo | None = None
-
-
-def _verdict_to_json(v: Verdict | None) -> Any:
-    return v.value if isinstance(v, Preference) else v
-
-
-def _judgment_to_record(j: CandidateJudgment) -> dict[str, Any]:
-    return {"verdicts": {c: _verdict_to_json(v) for c, v in j.verdicts.items()}, "judged": sorted(j.judged),
-            "texts": j.texts, "generations": j.generations}
-
-
-def _judgment_from_record(rec: dict[str, Any]) -> CandidateJudgment:
-    verdicts: dict[str, Verdict | None] = {}
-    for c, raw in rec["verdicts"].items():
-        kind = Kind.PREFERENCE if c == PREFERENCE else Kind.STEP
-        verdicts[c] = None if raw is None else parse_label(kind, str(raw))
-    return CandidateJudgment(verdicts=verdicts, judged=set(rec["judged"]), texts=list(rec["texts"]),
-                             generations=0)
 
 
 def reply_text(candidate: str, parsed: ParsedOutput) -> str:
@@ -97,60 +63,6 @@ def judged_parts(candidate: str, mode: JudgeMode) -> ParsedOutput:
     reply = reply_text(candidate, parsed) or None
     return ParsedOutput(parts={p: reply if p == RESPONSE_PART else None for p in PARTS},
                         missing=[p for p in PARTS if p != RESPONSE_PART or reply is None])
-
-
-def assemble(parsed: ParsedOutput, mode: JudgeMode, outcome: _Outcome, fmt: ParsedOutput | None = None) -> CandidateResult:
-    """Turn a judgment into the reported result, applying the reward rules of :mod:`cer.rewards`.
-
-    Parts missing from the candidate were not judged: they count as failed (-1) with ``judged = False``. ``fmt``:
-    the candidate's own parse for the format check when ``parsed`` is what the judge saw of it (mode ``reply``).
-    """
-    j = outcome.judgment or CandidateJudgment()
-    reply: StepResult | None = None
-    if mode.judges_reply:
-        rv = j.verdicts.get(REPLY)
-        rb = rv if isinstance(rv, bool) else None
-        reply = StepResult(verdict=None, valid=True, judged=False) if parsed.response is None \
-            else StepResult(verdict=rb, valid=rb is not None, judged=REPLY in j.judged)
-    steps: list[StepResult] = []
-    if mode.judges_steps:
-        for i, c in enumerate(STEP_COMPONENTS):
-            v = j.verdicts.get(c)
-            b = v if isinstance(v, bool) else None
-            steps.append(StepResult(verdict=None, valid=True, judged=False) if parsed.step(i) is None
-                         else StepResult(verdict=b, valid=b is not None, judged=c in j.judged))
-    preference: PreferenceResult | None = None
-    p = j.verdicts.get(PREFERENCE)
-    p = p if isinstance(p, Preference) else None
-    if mode.judges_preference:
-        preference = PreferenceResult(verdict=None, valid=True, judged=False) if parsed.response is None \
-            else PreferenceResult(verdict=p, valid=p is not None, judged=PREFERENCE in j.judged)
-    r = rewards.candidate_rewards(parsed, mode, [s.verdict for s in steps] if steps else [], p,
-                                  reply.verdict if reply is not None else None)
-    total = r.total
-    status = outcome.status
-    if status is Status.OK and total is None:
-        status = Status.PARSE_FAILED
-    if status is not Status.OK:
-        total = None
-    f = fmt or parsed
-    return CandidateResult(status=status, steps=steps, preference=preference,
-                           format=FormatResult(ok=f.ok, missing=list(f.missing)),
-                           rewards=Rewards(steps=r.steps, preference=r.preference, format=r.format, total=total,
-                                           reply=r.reply),
-                           judgment=list(j.texts), cache_hit=outcome.cache_hit, error=outcome.error, reply=reply)
-
-
-def invalid_result(mode: JudgeMode, err: ErrorInfo) -> CandidateResult:
-    """The ``invalid_input`` result of a candidate that was rejected before judging (``err`` says why)."""
-    return CandidateResult(
-        status=Status.INVALID_INPUT,
-        steps=[StepResult() for _ in STEP_COMPONENTS] if mode.judges_steps else [],
-        preference=PreferenceResult() if mode.judges_preference else None,
-        format=FormatResult(ok=False, missing=[]),
-        rewards=Rewards(steps=[None] * (3 if mode.judges_steps else 0), preference=None,
-                        format=None if mode.judges_reply else rewards.FORMAT_BAD, total=None),
-        error=err, reply=StepResult() if mode.judges_reply else None)
 
 
 class RewardCore:
@@ -182,7 +94,9 @@ class RewardCore:
                                    # the reported sampling, plus what else changes a judgment: the retries'
                                    # temperature and the rationale bound of the verdict grammar
                                    sampling={**self.sampling.to_json(), "retry_temperature": s.retry_temperature,
-                                             "rationale_max_chars": s.rationale_max_chars})
+                                             "rationale_max_chars": s.rationale_max_chars,
+                                             # a judgment without label probabilities is no graded one
+                                             "verdict_probs": self.graded})
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -206,6 +120,12 @@ class RewardCore:
         return not (self._ready and not self.engine.healthy())
 
     @property
+    def graded(self) -> bool:
+        """Graded rewards are served: the judge reads verdict probabilities (``--no-verdict-probs`` turns it off; an
+        engine without logprobs cannot)."""
+        return self.judge.graded
+
+    @property
     def cacheable(self) -> bool:
         """Greedy or seeded sampling: the same input gives the same judgment, so it may be cached."""
         return self.config.judge.temperature == 0.0 or self.config.judge.seed is not None
@@ -217,7 +137,7 @@ class RewardCore:
                             template_version=self.template.version, modes=list(self.modes),
                             default_mode=self.config.default_mode, limits=self.config.limits,
                             sampling=self.sampling, version=__version__, cache=self.cache.kind,
-                            embedding_model=self.embedder.model_id if self.embedder else "off")
+                            embedding_model=self.embedder.model_id if self.embedder else "off", graded=self.graded)
 
     # ---- scoring ------------------------------------------------------------------------------------------------
     def timeout_for(self, timeout_ms: int, transport_timeout_s: float | None) -> float:
@@ -290,12 +210,13 @@ class RewardCore:
         # rejected candidates are neither parsed nor hashed
         parsed = {i: judged_parts(req.candidates[i], mode) for i in valid}
         keys = {i: cache_key(self._key_ctx, mode.value, req.history, req.reference, req.candidates[i]) for i in valid}
-        outcomes: dict[str, _Outcome] = {}
+        outcomes: dict[str, Outcome] = {}
         if self.cacheable:
             distinct = list(dict.fromkeys(keys[i] for i in valid))
             for k, rec in zip(distinct, await self.cache.get_many(distinct)):
-                if rec is not None:
-                    outcomes[k] = _Outcome(_judgment_from_record(rec), Status.OK, cache_hit=True)
+                judgment = None if rec is None else judgment_from_record(rec)
+                if judgment is not None:  # a record of another format is a miss
+                    outcomes[k] = Outcome(judgment, Status.OK, cache_hit=True)
         todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
         # a group answered from the cache alone needs no judge slot, so cache hits are served under overload too
         async with self.admission.slot(prefix.rstrip(".")) if todo else contextlib.nullcontext():
@@ -311,7 +232,7 @@ class RewardCore:
                                             for i in todo.values()))
             outcomes.update(zip(todo.keys(), judged))
             sims = await sims_task if sims_task is not None else None
-        fresh = {k: _judgment_to_record(o.judgment) for k, o in zip(todo.keys(), judged)
+        fresh = {k: judgment_to_record(o.judgment) for k, o in zip(todo.keys(), judged)
                  if o.status is Status.OK and o.judgment is not None}
         if self.cacheable and fresh:
             await self.cache.set_many(fresh)
@@ -322,7 +243,7 @@ class RewardCore:
             if err is not None:
                 results.append(invalid_result(mode, err))
                 continue
-            r = assemble(parsed[i], mode, outcomes[keys[i]], parse(c) if mode.judges_reply else None)
+            r = assemble(parsed[i], mode, outcomes[keys[i]], parse(c) if mode.judges_reply else None, self.graded)
             if not req.options.include_judgment:
                 r.judgment = None
             if i in sim_of:
@@ -341,26 +262,26 @@ class RewardCore:
         """The response metadata of this server for ``mode`` (timings and counts zero)."""
         return GroupMeta(model=self.config.engine.model_id, revision=self.config.engine.revision,
                          adapter=self._key_ctx.adapter, template_version=self.template.version,
-                         sampling=self.sampling, mode=mode)
+                         sampling=self.sampling, mode=mode, graded=self.graded)
 
     async def _judge_one(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
-                         mode: JudgeMode) -> _Outcome:
+                         mode: JudgeMode) -> Outcome:
         t = time.perf_counter()
         try:
             j = await asyncio.wait_for(self.judge.judge(history, reference, parsed, mode), self.config.judge_timeout_s)
         except TimeoutError:
-            return _Outcome(None, Status.TIMEOUT, error=ErrorInfo(
+            return Outcome(None, Status.TIMEOUT, error=ErrorInfo(
                 "DEADLINE_EXCEEDED", "", f"judging took longer than the per-candidate limit of "
                 f"{self.config.judge_timeout_s} s"))
         except EngineError as exc:
             self.metrics.failures.labels("engine").inc()
-            return _Outcome(None, Status.ENGINE_ERROR, error=ErrorInfo("INTERNAL", "", str(exc)))
+            return Outcome(None, Status.ENGINE_ERROR, error=ErrorInfo("INTERNAL", "", str(exc)))
         self.metrics.judge_latency.labels(mode.value).observe(time.perf_counter() - t)
         self.metrics.judge_rounds.labels(mode.value).inc(j.generations)
         failed = [c for c in (*COMPONENTS, REPLY) if c in j.judged and j.verdicts.get(c) is None]
         for c in failed:
             self.metrics.parse_failures.labels(c).inc()
-        return _Outcome(j, Status.PARSE_FAILED if failed else Status.OK)
+        return Outcome(j, Status.PARSE_FAILED if failed else Status.OK)
 
     def _similarities(self, replies: list[str], history: list[Turn]) -> tuple[list[float], list[float]]:
         assert self.embedder is not None

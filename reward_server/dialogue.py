@@ -18,8 +18,9 @@ from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.reasoning import TAG, parse
 from judge.protocol import STEP_COMPONENTS
-from reward_server.core import RewardCore, invalid_result, reply_text
+from reward_server.core import RewardCore, reply_text
 from reward_server.errors import InvalidArgument
+from reward_server.results import invalid_result
 from reward_server.types import (
     DialogueAggregate,
     DialogueRequest,

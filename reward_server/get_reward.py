@@ -13,6 +13,12 @@ Qwen write it; Llama 3: ``<|start_header_id|>role<|end_header_id|> ... <|eot_id|
 label, when a non-empty string, is the reference reply. Queries with the same prompt and label form one group (a GRPO
 group: its ``s_in`` is meaningful), judged in ``--get-reward-mode`` (default ``unified``).
 
+The reward is the graded total by default (``--get-reward-kind graded``: the judge's expected reward, as compeer's own
+GRPO trainer uses; :mod:`cer.rewards`), or the paper's discrete total (``--get-reward-kind discrete``). Graded needs a
+server that serves graded rewards (``meta.graded``): otherwise every call fails with 422 ``INVALID_ARGUMENT`` naming
+the setting, rather than silently returning discrete totals. A query whose graded total is missing (the judge's
+verdict probabilities were not obtained) is an unscored query, like a parse failure.
+
 A query that cannot be scored never gets a made-up number. Unless ``--get-reward-failure-reward`` is set, the call
 fails: 422 ``INVALID_ARGUMENT`` naming ``query[i]`` when a query cannot be mapped or breaks a limit, 502 ``UNSCORED``
 when the judge did not score one (parse failure, timeout, engine error). With it set, such a query gets that reward
@@ -29,6 +35,7 @@ from typing import Any
 from cer import rewards
 from cer.dialogue import Role, Turn
 from cer.reasoning import parse
+from cer.rewards import RewardKind
 from reward_server.core import RewardCore, reply_text
 from reward_server.errors import InvalidArgument, Unscored
 from reward_server.types import GroupRequest, ScoreOptions, Status
@@ -114,6 +121,12 @@ async def get_reward(core: RewardCore, data: Any, timeout_s: float | None = None
     core.check_ready()
     settings, limits = core.config.get_reward, core.config.limits
     check_mode(settings.mode, core.modes, "get_reward.mode (server setting --get-reward-mode)")
+    graded = settings.kind is RewardKind.GRADED
+    if graded and not core.graded:
+        raise InvalidArgument("this server serves no graded rewards (its engine returns no logprobs, or "
+                              "--no-verdict-probs is set); start it with --get-reward-kind discrete for the discrete "
+                              "totals, or with an engine that returns logprobs", "get_reward.kind (server setting "
+                              "--get-reward-kind)")
     if not isinstance(data, dict) or not isinstance(data.get("query"), list):
         raise InvalidArgument('expected a JSON object {"query": [str, ...], "prompts": [...], "labels": [...]}',
                               "query")
@@ -152,12 +165,16 @@ async def get_reward(core: RewardCore, data: Any, timeout_s: float | None = None
     for (_, idx), resp in zip(totals, responses):
         for i, r in zip(idx, resp.results):
             statuses[i] = r.status.value
-            rewards_out[i] = r.rewards.total if r.status is Status.OK else None
+            chosen = r.graded_rewards if graded else r.rewards
+            rewards_out[i] = chosen.total if r.status is Status.OK and chosen is not None else None
             if r.error is not None and r.status is not Status.OK:
                 errors[i] = r.error.message
+            elif r.status is Status.OK and rewards_out[i] is None:
+                errors[i] = "no graded reward: the judge's verdict probabilities were not obtained"
     unscored = [i for i, r in enumerate(rewards_out) if r is None]
     if unscored and failure is None:
-        detail = ", ".join(f"query[{i}]: {statuses[i]}" for i in unscored[:10])
+        detail = ", ".join(f"query[{i}]: {errors.get(i) if statuses[i] == Status.OK.value else statuses[i]}"
+                           for i in unscored[:10])
         raise Unscored(f"{len(unscored)} of {n} queries were not scored ({detail}); nothing is made up for them: "
                        "retry, or start the server with --get-reward-failure-reward to train through them",
                        f"query[{unscored[0]}]")

@@ -65,23 +65,31 @@ class GroupRequest:
 
 @dataclass
 class StepResult:
+    """A True/False verdict (a step, or the plain reply of mode reply); ``p_true``: the judge's probability of True
+    (graded rewards), None where not served or not obtained."""
+
     verdict: bool | None = None
     valid: bool = False
     judged: bool = False
+    p_true: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "valid": self.valid, "judged": self.judged}
+        return {"verdict": self.verdict, "valid": self.valid, "judged": self.judged, "p_true": self.p_true}
 
 
 @dataclass
 class PreferenceResult:
+    """The reply preference; ``probs``: the judge's probability of each label (first, second, both_good, neither),
+    None where not served or not obtained."""
+
     verdict: Preference | None = None
     valid: bool = False
     judged: bool = False
+    probs: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": None if self.verdict is None else self.verdict.value, "valid": self.valid,
-                "judged": self.judged}
+                "judged": self.judged, "probs": None if self.probs is None else dict(self.probs)}
 
 
 @dataclass
@@ -95,6 +103,9 @@ class FormatResult:
 
 @dataclass
 class Rewards:
+    """Reward components and their total (:mod:`cer.rewards`): the discrete ones (``CandidateResult.rewards``) or the
+    graded ones (``CandidateResult.graded_rewards``), same fields."""
+
     steps: list[float | None]
     preference: float | None
     format: float | None  # None in mode reply (no format rule there)
@@ -129,6 +140,9 @@ class CandidateResult:
     cache_hit: bool = False
     error: ErrorInfo | None = None
     reply: StepResult | None = None  # mode reply only: the point-wise verdict of the plain reply
+    #: the graded rewards (expected rewards under the judge's label probabilities); None when the server serves none
+    #: (meta.graded false) or the candidate was not judged (invalid_input)
+    graded_rewards: Rewards | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -138,6 +152,7 @@ class CandidateResult:
             "reply": None if self.reply is None else self.reply.to_json(),
             "format": self.format.to_json(),
             "rewards": self.rewards.to_json(),
+            "graded_rewards": None if self.graded_rewards is None else self.graded_rewards.to_json(),
             "similarity": None if self.similarity is None else self.similarity.to_json(),
             "judgment": self.judgment,
             "cache_hit": self.cache_hit,
@@ -175,13 +190,14 @@ class GroupMeta:
     inference_ms: float = 0.0
     cache_hits: int = 0
     judge_rounds: int = 0
+    graded: bool = False  # graded rewards are served (results carry graded_rewards)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "adapter": self.adapter,
                 "template_version": self.template_version, "sampling": self.sampling.to_json(),
                 "mode": self.mode.value, "queue_ms": round(self.queue_ms, 3),
                 "inference_ms": round(self.inference_ms, 3), "cache_hits": self.cache_hits,
-                "judge_rounds": self.judge_rounds}
+                "judge_rounds": self.judge_rounds, "graded": self.graded}
 
 
 @dataclass
@@ -228,13 +244,14 @@ class InfoResponse:
     version: str
     cache: str
     embedding_model: str
+    graded: bool = False  # graded rewards are served
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "adapter": self.adapter, "backend": self.backend,
                 "template_version": self.template_version, "modes": [m.value for m in self.modes],
                 "default_mode": self.default_mode.value, "limits": self.limits.to_json(),
                 "sampling": self.sampling.to_json(), "version": self.version, "cache": self.cache,
-                "embedding_model": self.embedding_model}
+                "embedding_model": self.embedding_model, "graded": self.graded}
 
 
 # ---- dialogue scoring (POST /v1/dialogues:score, ScoreDialogue; the logic is reward_server/dialogue.py) ----

@@ -164,8 +164,9 @@ def _contrast(args: argparse.Namespace) -> int:
     runtime = eval_options(args, args.out, args.out).runtime
     metrics = asyncio.run(run_contrast(ContrastOptions(Path(args.groups), Path(args.out), judges, runtime,
                                                        args.max_items)))
-    summary = {j: {ref: {k: v[k]["auc"] for k in v if isinstance(v[k], dict)} for ref, v in by.items()}
-               for j, by in metrics["judges"].items()}
+    # judge -> reference -> reward kind (discrete, graded) -> kind of negative -> AUC
+    summary = {j: {ref: {rk: {k: s[k]["auc"] for k in s["kinds"]} for rk, s in by_kind.items()}
+                   for ref, by_kind in by.items()} for j, by in metrics["judges"].items()}
     print(json.dumps({"out": args.out, "auc": summary}))
     return 0
 

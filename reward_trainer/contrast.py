@@ -3,11 +3,13 @@
 Input: ``compeer-data contrast`` groups (a real turn with correct reasoning and one candidate per kind of
 negative, see :mod:`data_builder.contrast`). Every candidate is judged by the serving judge
 (:class:`judge.conversation.Judge`) in unified mode and rewarded by the service's rules
-(:func:`cer.rewards.candidate_rewards`, what the service's ``total`` is), once per reference: ``gold`` (the real
-turn, as GRPO sends it) and ``other_round`` (the reply of another round, so no candidate repeats the reference). Per
-judge, reference and kind: the AUC of the total reward, positive vs negative (ties count half), and the within-group
-win / tie / loss shares. A candidate whose total is null (parse failure, engine error) is counted as unscored and
-left out of the AUC, never given a score.
+(:func:`judge.conversation.judgment_rewards`: the discrete ``total`` and the graded one, what the service returns),
+once per reference: ``gold`` (the real turn, as GRPO sends it) and ``other_round`` (the reply of another round, so no
+candidate repeats the reference). Per judge, reference, reward kind (discrete, graded) and kind of negative: the AUC of
+the total, positive vs negative (ties count half), and the within-group win / tie / loss shares. A candidate whose
+total is null (parse failure, engine error, and for the graded total missing verdict probabilities) is counted as
+unscored and left out of that AUC, never given a score. Every kind of negative present in the groups is reported, in
+:data:`data_builder.contrast.NEGATIVE_KINDS` order first, then any other in first-seen order.
 """
 
 from __future__ import annotations
@@ -23,16 +25,21 @@ from typing import Any
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
 from cer.reasoning import parse
-from cer.verdicts import Preference
+from cer.rewards import RewardKind
+from data_builder.contrast import NEGATIVE_KINDS
 from data_builder.records import read_jsonl
+from judge.conversation import judgment_rewards
 from judge.engines.base import EngineError
-from judge.protocol import PREFERENCE, STEP_COMPONENTS
 from reward_trainer.predict import JudgeRuntime, make_judge, open_engine
 
 log = logging.getLogger(__name__)
 
 REFERENCES: tuple[str, ...] = ("gold", "other_round")
 POSITIVE = "positive"
+#: The reward kinds reported, in table order.
+REWARD_KINDS: tuple[str, ...] = (RewardKind.DISCRETE.value, RewardKind.GRADED.value)
+#: One group's totals: kind of candidate -> reward kind -> total (None: unscored).
+GroupTotals = dict[str, dict[str, float | None]]
 
 
 @dataclass
@@ -58,9 +65,11 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def negative_kinds(totals: list[dict[str, float | None]]) -> list[str]:
-    """The kinds of negative present in the groups, in first-seen order."""
-    return list(dict.fromkeys(k for t in totals for k in t if k != POSITIVE))
+def negative_kinds(totals: list[dict[str, Any]]) -> list[str]:
+    """The kinds of negative present in the groups: those of :data:`data_builder.contrast.NEGATIVE_KINDS` in its
+    order, then any other in first-seen order."""
+    seen = list(dict.fromkeys(k for t in totals for k in t if k != POSITIVE))
+    return [k for k in NEGATIVE_KINDS if k in seen] + [k for k in seen if k not in NEGATIVE_KINDS]
 
 
 def summarise(totals: list[dict[str, float | None]]) -> dict[str, Any]:
@@ -83,58 +92,70 @@ def summarise(totals: list[dict[str, float | None]]) -> dict[str, Any]:
     return out
 
 
-async def _score_judge(options: ContrastOptions, adapter: str | None,
-                       groups: list[dict[str, Any]]) -> dict[str, list[dict[str, float | None]]]:
-    from cer.rewards import candidate_rewards
+def summarise_kinds(totals: list[GroupTotals]) -> dict[str, Any]:
+    """:func:`summarise` of each reward kind (:data:`REWARD_KINDS`)."""
+    return {rk: summarise([{k: t[rk] for k, t in g.items()} for g in totals]) for rk in REWARD_KINDS}
 
+
+async def _score_judge(options: ContrastOptions, adapter: str | None,
+                       groups: list[dict[str, Any]]) -> dict[str, list[GroupTotals]]:
     rt = options.runtime
     gate = asyncio.Semaphore(max(1, rt.concurrency))
     async with open_engine(rt, adapter) as engine:
         judge = make_judge(engine, rt)
 
-        async def total(history: list[Turn], reference: str, candidate: str) -> float | None:
+        async def total(history: list[Turn], reference: str, candidate: str) -> dict[str, float | None]:
             parsed = parse(candidate)
             async with gate:
                 try:
                     j = await judge.judge(history, reference, parsed, JudgeMode.UNIFIED)
                 except EngineError as exc:
                     log.warning("engine error on a contrast candidate: %s", type(exc).__name__)
-                    return None
-            verdicts = [v if isinstance(v := j.verdicts.get(c), bool) else None for c in STEP_COMPONENTS]
-            pref = j.verdicts.get(PREFERENCE)
-            return candidate_rewards(parsed, JudgeMode.UNIFIED, verdicts,
-                                     pref if isinstance(pref, Preference) else None).total
+                    return dict.fromkeys(REWARD_KINDS)
+            discrete, graded = judgment_rewards(j, parsed, JudgeMode.UNIFIED)
+            return {RewardKind.DISCRETE.value: discrete.total, RewardKind.GRADED.value: graded.total}
 
-        async def one(g: dict[str, Any], reference: str) -> dict[str, float | None]:
+        async def one(g: dict[str, Any], reference: str) -> GroupTotals:
             history = [Turn.from_dict(t) for t in g["history"]]
             kinds = list(g["candidates"])
             totals = await asyncio.gather(*(total(history, reference, g["candidates"][k]) for k in kinds))
             return dict(zip(kinds, totals))
 
-        out: dict[str, list[dict[str, float | None]]] = {}
+        out: dict[str, list[GroupTotals]] = {}
         for name in REFERENCES:
             usable = [g for g in groups if g["references"].get(name)]
             out[name] = list(await asyncio.gather(*(one(g, g["references"][name]) for g in usable)))
         return out
 
 
+def _cells(s: dict[str, Any], kind: str) -> tuple[str, str, str]:
+    """(AUC, win / tie / loss, unscored pos / neg) of one kind of negative in one summary ("n/a" when absent)."""
+    k = s.get(kind)
+    if k is None:
+        return "n/a", "n/a", f"{s['positive_unscored']} / n/a"
+    w = k["within_group"]
+    wtl = "n/a" if w["win"] is None else f"{w['win']:.2f} / {w['tie']:.2f} / {w['loss']:.2f}"
+    a = "n/a" if k["auc"] is None else f"{k['auc']:.3f}"
+    return a, f"{wtl} (n {w['n']})", f"{s['positive_unscored']} / {k['negative_unscored']}"
+
+
 def render_markdown(metrics: dict[str, Any]) -> str:
-    """The contrast table: AUC and within-group wins per judge, reference and negative kind."""
+    """The contrast table: AUC and within-group wins of the discrete and the graded total per judge, reference and
+    negative kind."""
     lines = ["# Reward AUC on contrast groups", "",
              ("AUC of the service's total reward (unified mode), the real turn with correct reasoning vs each kind of "
-             "negative; ties count half. Within-group: the share of groups where the real turn's total is higher / "
-             "equal / lower than the negative's."), ""]
-    lines += ["| Judge | Reference | Negative | AUC | win / tie / loss | n | unscored (pos / neg) |",
-              "|---|---|---|---|---|---|---|"]
+             "negative; ties count half: the discrete total (the paper's +1/-1 verdicts) and the graded one (expected "
+             "rewards under the judge's verdict probabilities). Within-group: the share of groups where the real "
+             "turn's total is higher / equal / lower than the negative's."), ""]
+    lines += [("| Judge | Reference | Negative | AUC discrete | AUC graded | win / tie / loss discrete | "
+               "win / tie / loss graded | unscored discrete (pos / neg) | unscored graded (pos / neg) |"),
+              "|---|---|---|---|---|---|---|---|---|"]
     for judge, by_ref in metrics["judges"].items():
-        for reference, s in by_ref.items():
-            for kind in s["kinds"]:
-                k = s[kind]
-                w = k["within_group"]
-                wtl = "n/a" if w["win"] is None else f"{w['win']:.2f} / {w['tie']:.2f} / {w['loss']:.2f}"
-                a = "n/a" if k["auc"] is None else f"{k['auc']:.3f}"
-                lines.append(f"| {judge} | {reference} | {kind} | {a} | {wtl} | {w['n']} | "
-                             f"{s['positive_unscored']} / {k['negative_unscored']} |")
+        for reference, by_kind in by_ref.items():
+            d, g = by_kind[RewardKind.DISCRETE.value], by_kind[RewardKind.GRADED.value]
+            for kind in negative_kinds([{k: None for k in d["kinds"] + g["kinds"]}]):
+                (da, dw, du), (ga, gw, gu) = _cells(d, kind), _cells(g, kind)
+                lines.append(f"| {judge} | {reference} | {kind} | {da} | {ga} | {dw} | {gw} | {du} | {gu} |")
     return "\n".join(lines) + "\n"
 
 
@@ -151,7 +172,7 @@ async def run_contrast(options: ContrastOptions) -> dict[str, Any]:
     metrics: dict[str, Any] = {"judges": {}, "totals": {}}
     for label, adapter in options.judges.items():
         totals = await _score_judge(options, adapter, groups)
-        metrics["judges"][label] = {ref: summarise(t) for ref, t in totals.items()}
+        metrics["judges"][label] = {ref: summarise_kinds(t) for ref, t in totals.items()}
         metrics["totals"][label] = totals
     rt = options.runtime
     metrics["meta"] = {"groups": str(options.groups_path), "n_groups": len(groups), "backend": rt.backend,
@@ -163,4 +184,5 @@ async def run_contrast(options: ContrastOptions) -> dict[str, Any]:
     return metrics
 
 
-__all__ = ["POSITIVE", "REFERENCES", "ContrastOptions", "auc", "render_markdown", "run_contrast", "summarise"]
+__all__ = ["POSITIVE", "REFERENCES", "REWARD_KINDS", "ContrastOptions", "auc", "negative_kinds", "render_markdown",
+           "run_contrast", "summarise", "summarise_kinds"]

@@ -7,6 +7,8 @@ The judge protocol talks to an engine only through :meth:`Engine.generate`; ever
 from __future__ import annotations
 
 import abc
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from judge.engines.settings import OpenAISettings, TransformersSettings, VllmSettings
@@ -24,6 +26,9 @@ class GenParams:
     ``regex``: constrain the whole output (engines without ``supports_regex`` ignore it). ``max_line_chars``: with
     ``regex``, also keep every line of the output within this many characters; only engines with
     ``supports_line_bound`` take it (the others raise :class:`EngineError`: put the bound in the regex instead).
+    ``logprobs``: also return, for every output token, the ``logprobs`` most likely tokens of the model's own
+    distribution at that position (:attr:`GenResult.tokens`); only engines with ``supports_logprobs`` take it (the
+    others raise :class:`EngineError`, see :meth:`Engine.check_logprobs`). None: not asked (no cost).
     """
 
     max_tokens: int = 128
@@ -32,16 +37,45 @@ class GenParams:
     seed: int | None = None
     regex: str | None = None
     max_line_chars: int | None = None
+    logprobs: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One output token: its text and the most likely tokens at its position (text -> natural-log probability).
+
+    ``top`` holds the model's own distribution as the engine reports it (see each engine for which logits: none of
+    them applies the sampling temperature). Texts are each token decoded alone (a leading space kept), so they may
+    not concatenate to :attr:`GenResult.text` where a character spans several tokens; two tokens that decode to the
+    same text share one entry (their probabilities summed). ``logprob`` is the chosen token's own, None when the
+    engine did not report it.
+    """
+
+    token: str
+    top: dict[str, float]
+    logprob: float | None = None
+
+
+def top_logprobs(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``(token text, logprob)`` pairs as :attr:`TokenLogprobs.top`: tokens with the same text summed in probability."""
+    out: dict[str, float] = {}
+    for text, lp in pairs:
+        if text in out:
+            hi, lo = max(out[text], lp), min(out[text], lp)
+            lp = hi if lo == -math.inf else hi + math.log1p(math.exp(lo - hi))
+        out[text] = float(lp)
+    return out
 
 
 @dataclass(frozen=True)
 class GenResult:
-    """One finished generation."""
+    """One finished generation; ``tokens``: one entry per output token when ``GenParams.logprobs`` asked, else None."""
 
     text: str
     prompt_tokens: int = 0
     output_tokens: int = 0
     finish_reason: str = "stop"
+    tokens: list[TokenLogprobs] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +118,10 @@ class Engine(abc.ABC):
     name: str = "engine"
     supports_regex: bool = False
     supports_line_bound: bool = False  # takes GenParams.max_line_chars
+    #: takes GenParams.logprobs and returns GenResult.tokens; an engine that cannot says so here (never made up)
+    supports_logprobs: bool = False
+    #: the most alternatives per position it returns (OpenAI's top_logprobs and vLLM's default limit: 20)
+    max_logprobs: int = 20
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -109,6 +147,16 @@ class Engine(abc.ABC):
         if params.regex is None or params.max_line_chars < 1:
             raise EngineError(f"max_line_chars must be >= 1 and come with a regex, got {params.max_line_chars} "
                               f"with regex {'set' if params.regex else 'None'}")
+
+    def check_logprobs(self, params: GenParams) -> None:
+        """Raise :class:`EngineError` for a ``logprobs`` request this engine cannot honour (never made-up numbers)."""
+        if params.logprobs is None:
+            return
+        if not self.supports_logprobs:
+            raise EngineError(f"logprobs are not supported by the {self.name} engine (supports_logprobs is false)")
+        if not 1 <= params.logprobs <= self.max_logprobs:
+            raise EngineError(f"logprobs must be in 1..{self.max_logprobs} for the {self.name} engine, got "
+                              f"{params.logprobs}")
 
     def healthy(self) -> bool:
         """True while the engine can serve (started, not stopped, not dead)."""

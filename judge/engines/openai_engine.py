@@ -8,6 +8,11 @@ Errors from the endpoint become :class:`EngineError` whose message names the end
 type, never the dialogue; response bodies are logged at DEBUG only. Cancelling the awaiting task closes the HTTP
 request (vLLM then aborts the generation).
 
+Logprobs (``GenParams.logprobs``, ``supports_logprobs`` follows ``config.openai.logprobs``): ``logprobs=true`` and
+``top_logprobs=k`` (OpenAI allows at most 20). OpenAI reports the model's distribution before sampling; a vLLM
+server reports its raw logprobs (see :mod:`judge.engines.vllm_engine` for its structured-output caveat). An answer
+without them gets ``GenResult.tokens`` None: nothing is made up.
+
 Settings: :class:`judge.engines.settings.OpenAISettings` (``EngineConfig.openai``): endpoint, key, model name,
 regex support, client retries (connection errors, 429 and 5xx) and the per-request timeout.
 """
@@ -17,7 +22,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import (
+    Engine,
+    EngineConfig,
+    EngineError,
+    GenParams,
+    GenResult,
+    Message,
+    TokenLogprobs,
+    top_logprobs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +45,7 @@ class OpenAIEngine(Engine):
         super().__init__(config)
         self.settings = config.openai
         self.supports_regex = bool(self.settings.regex)
+        self.supports_logprobs = bool(self.settings.logprobs)
         self.model = self.settings.model or config.model_id
         self._client: Any = None
         self._inflight = 0
@@ -74,6 +89,7 @@ class OpenAIEngine(Engine):
         if self._client is None:
             raise EngineError("openai engine is not running")
         self.check_line_bound(params)
+        self.check_logprobs(params)
         import openai
 
         kwargs: dict[str, Any] = {
@@ -87,6 +103,8 @@ class OpenAIEngine(Engine):
             kwargs["seed"] = params.seed
         if params.regex is not None and self.supports_regex:
             kwargs["extra_body"] = {"structured_outputs": {"regex": params.regex}}
+        if params.logprobs is not None:
+            kwargs["logprobs"], kwargs["top_logprobs"] = True, params.logprobs
         self._inflight += 1
         try:
             response = await self._client.chat.completions.create(**kwargs)
@@ -103,6 +121,7 @@ class OpenAIEngine(Engine):
             prompt_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
             finish_reason=choice.finish_reason or "stop",
+            tokens=_token_logprobs(choice) if params.logprobs is not None else None,
         )
 
     async def stop(self) -> None:
@@ -137,3 +156,14 @@ class OpenAIEngine(Engine):
             detail = type(exc).__name__
         log.debug("openai engine error detail: %r", exc)
         return EngineError(f"openai engine: {what}: {where} {detail}")
+
+
+def _token_logprobs(choice: Any) -> list[TokenLogprobs] | None:
+    """A choice's ``logprobs.content`` as :class:`TokenLogprobs`; None when the endpoint returned none (or a position
+    without its ``top_logprobs``)."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content or any(not t.top_logprobs for t in content):
+        return None
+    return [TokenLogprobs(token=t.token, logprob=float(t.logprob),
+                          top=top_logprobs((a.token, float(a.logprob)) for a in t.top_logprobs))
+            for t in content]

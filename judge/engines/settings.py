@@ -92,6 +92,8 @@ class OpenAISettings:
     api_key: str | None = setting(None, env="OPENAI_API_KEY", help="API key (EMPTY when unset)")
     model: str | None = setting(None, help="served model name (none: --model, else the endpoint's first)")
     regex: bool = setting(False, help="the endpoint is vLLM, send structured outputs (regex)")
+    logprobs: bool = setting(True, help="the endpoint returns logprobs with top_logprobs (OpenAI and vLLM do; off "
+                                        "for one that rejects them: the judge then serves no graded rewards)")
     max_retries: int = setting(2, help="client retries on connection errors, 429 and 5xx")
     timeout_s: float = setting(600.0, help="per-request timeout in seconds")
 

@@ -10,6 +10,15 @@ The judge's rationale bound (``VllmSettings.rationale_bound``, :data:`judge.engi
 ``GenParams.max_line_chars`` with an unbounded rationale pattern, ``line`` enforcing it while decoding
 (:class:`judge.engines.vllm_line_bound.LineBoundLogitsProcessor`); in both an answer with a line over the bound is
 cut before that line (:func:`judge.engines.vllm_line_bound.cut_at_overlong_line`), so the judge re-generates it.
+
+Logprobs (``GenParams.logprobs``): ``SamplingParams(logprobs=k)``, vLLM V1's default ``raw_logprobs`` mode: the
+log-softmax of the logits before temperature, penalties and top-p, i.e. the model's own distribution, not the
+sampling one. One caveat (vLLM 0.32, ``gpu_model_runner.sample_tokens``, the CPU runner inherits it): the
+structured-output bitmask is applied to the logits *before* the sampler computes them, so with ``GenParams.regex`` a
+token the grammar forbids at that position has logprob -inf (is absent from the top k) and the allowed ones are
+renormalised among themselves. Ratios between allowed tokens are the model's own; a verdict distribution that is
+renormalised over the labels (:func:`judge.verdict_probs.label_distributions`) is therefore the same with or without
+the mask, except for a label in a spelling the grammar forbids (e.g. lower case).
 """
 
 from __future__ import annotations
@@ -17,7 +26,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import (
+    Engine,
+    EngineConfig,
+    EngineError,
+    GenParams,
+    GenResult,
+    Message,
+    TokenLogprobs,
+    top_logprobs,
+)
 from judge.engines.vllm_line_bound import LINE_ARG, PROCESSOR, cut_at_overlong_line
 
 log = logging.getLogger(__name__)
@@ -33,6 +51,7 @@ class VllmEngine(Engine):
 
     name = "vllm"
     supports_regex = True
+    supports_logprobs = True  # raw logprobs (see the module docstring); at most vLLM's max_logprobs (20)
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
@@ -79,12 +98,13 @@ class VllmEngine(Engine):
         if self._llm is None:
             raise EngineError("the vLLM engine is not started")
         self.check_line_bound(params)
+        self.check_logprobs(params)
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         sp = SamplingParams(
             temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
-            seed=None if self._on_cpu else params.seed,
+            seed=None if self._on_cpu else params.seed, logprobs=params.logprobs,
             structured_outputs=StructuredOutputsParams(regex=params.regex) if params.regex else None,
             extra_args={LINE_ARG: params.max_line_chars}
             if params.max_line_chars is not None and self.config.vllm.rationale_bound == "line" else None,
@@ -103,13 +123,15 @@ class VllmEngine(Engine):
             raise EngineError("vLLM returned no output")
         o = final.outputs[0]
         text, finish = o.text, o.finish_reason or "stop"
+        tokens = _token_logprobs(o.token_ids, o.logprobs) if params.logprobs is not None else None
         if params.max_line_chars is not None:
             text, cut = cut_at_overlong_line(text, params.max_line_chars)
             if cut:
                 self.overlong_lines += 1
                 finish = "line_bound"
+                tokens = None  # they no longer describe the (cut) text
         return GenResult(text=text, prompt_tokens=len(final.prompt_token_ids or []),
-                         output_tokens=len(o.token_ids), finish_reason=finish)
+                         output_tokens=len(o.token_ids), finish_reason=finish, tokens=tokens)
 
     async def reset_prefix_cache(self) -> None:
         """Drop every cached prefix (benchmarks measure cold prefills with it)."""
@@ -126,3 +148,19 @@ class VllmEngine(Engine):
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+
+
+def _token_logprobs(token_ids: Any, logprobs: Any) -> list[TokenLogprobs] | None:
+    """vLLM's per-position ``{token_id: Logprob}`` as :class:`TokenLogprobs` (None when vLLM returned none): the
+    sampled token is always among them (vLLM adds it to the top k)."""
+    if logprobs is None or len(logprobs) != len(token_ids):
+        return None
+    out = []
+    for tid, position in zip(token_ids, logprobs):
+        if not position or tid not in position:
+            return None
+        chosen = position[tid]
+        out.append(TokenLogprobs(token=chosen.decoded_token or "", logprob=float(chosen.logprob),
+                                 top=top_logprobs((lp.decoded_token or "", float(lp.logprob))
+                                                  for lp in position.values())))
+    return out

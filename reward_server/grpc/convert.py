@@ -102,11 +102,34 @@ def _opt(value: float | None) -> pb.OptionalDouble:
 
 
 def _step_to_pb(s: StepResult) -> pb.StepResult:
-    return pb.StepResult(valid=s.valid, judged=s.judged, **({} if s.verdict is None else {"verdict": s.verdict}))
+    msg = pb.StepResult(valid=s.valid, judged=s.judged)
+    if s.verdict is not None:
+        msg.verdict = s.verdict
+    if s.p_true is not None:
+        msg.p_true = s.p_true
+    return msg
 
 
 def _step_from_pb(s: pb.StepResult) -> StepResult:
-    return StepResult(verdict=s.verdict if s.HasField("verdict") else None, valid=s.valid, judged=s.judged)
+    return StepResult(verdict=s.verdict if s.HasField("verdict") else None, valid=s.valid, judged=s.judged,
+                      p_true=s.p_true if s.HasField("p_true") else None)
+
+
+def _rewards_to_pb(r: Rewards) -> pb.Rewards:
+    msg = pb.Rewards(steps=[_opt(v) for v in r.steps])
+    for name in ("preference", "format", "total", "reply"):
+        value = getattr(r, name)
+        if value is not None:
+            setattr(msg, name, value)
+    return msg
+
+
+def _rewards_from_pb(m: pb.Rewards) -> Rewards:
+    def get(name: str) -> float | None:
+        return float(getattr(m, name)) if m.HasField(name) else None
+
+    return Rewards(steps=[v.value if v.HasField("value") else None for v in m.steps], preference=get("preference"),
+                   format=get("format"), total=get("total"), reply=get("reply"))
 
 
 def candidate_to_pb(r: CandidateResult) -> pb.CandidateResult:
@@ -114,22 +137,16 @@ def candidate_to_pb(r: CandidateResult) -> pb.CandidateResult:
         status=_STATUS[r.status],
         steps=[_step_to_pb(s) for s in r.steps],
         format=pb.FormatResult(ok=r.format.ok, missing=r.format.missing),
-        rewards=pb.Rewards(steps=[_opt(v) for v in r.rewards.steps]),
+        rewards=_rewards_to_pb(r.rewards),
         judgment=r.judgment or [],
         cache_hit=r.cache_hit,
     )
     if r.preference is not None:
         msg.preference.CopyFrom(pb.PreferenceResult(
             verdict=_PREF[r.preference.verdict] if r.preference.verdict else pb.PREFERENCE_VERDICT_UNSPECIFIED,
-            valid=r.preference.valid, judged=r.preference.judged))
-    if r.rewards.preference is not None:
-        msg.rewards.preference = r.rewards.preference
-    if r.rewards.total is not None:
-        msg.rewards.total = r.rewards.total
-    if r.rewards.format is not None:
-        msg.rewards.format = r.rewards.format
-    if r.rewards.reply is not None:
-        msg.rewards.reply = r.rewards.reply
+            valid=r.preference.valid, judged=r.preference.judged, probs=r.preference.probs or {}))
+    if r.graded_rewards is not None:
+        msg.graded_rewards.CopyFrom(_rewards_to_pb(r.graded_rewards))
     if r.reply is not None:
         msg.reply.CopyFrom(_step_to_pb(r.reply))
     if r.similarity is not None:
@@ -143,17 +160,14 @@ def candidate_from_pb(m: pb.CandidateResult, include_judgment: bool = True) -> C
     pref = None
     if m.HasField("preference"):
         pref = PreferenceResult(verdict=_PREF_BACK.get(m.preference.verdict), valid=m.preference.valid,
-                                judged=m.preference.judged)
+                                judged=m.preference.judged, probs=dict(m.preference.probs) or None)
     return CandidateResult(
         status=_STATUS_BACK[m.status],
         steps=[_step_from_pb(s) for s in m.steps],
         preference=pref,
         format=FormatResult(ok=m.format.ok, missing=list(m.format.missing)),
-        rewards=Rewards(steps=[v.value if v.HasField("value") else None for v in m.rewards.steps],
-                        preference=m.rewards.preference if m.rewards.HasField("preference") else None,
-                        format=m.rewards.format if m.rewards.HasField("format") else None,
-                        total=m.rewards.total if m.rewards.HasField("total") else None,
-                        reply=m.rewards.reply if m.rewards.HasField("reply") else None),
+        rewards=_rewards_from_pb(m.rewards),
+        graded_rewards=_rewards_from_pb(m.graded_rewards) if m.HasField("graded_rewards") else None,
         similarity=Similarity(m.similarity.s_in, m.similarity.s_hi) if m.HasField("similarity") else None,
         judgment=list(m.judgment) if m.judgment else None,
         cache_hit=m.cache_hit,
@@ -165,7 +179,8 @@ def candidate_from_pb(m: pb.CandidateResult, include_judgment: bool = True) -> C
 def meta_to_pb(meta: GroupMeta) -> pb.Meta:
     msg = pb.Meta(model=meta.model, revision=meta.revision, template_version=meta.template_version,
                   sampling=_sampling_to_pb(meta.sampling), queue_ms=meta.queue_ms, inference_ms=meta.inference_ms,
-                  cache_hits=meta.cache_hits, mode=_MODE[meta.mode], judge_rounds=meta.judge_rounds)
+                  cache_hits=meta.cache_hits, mode=_MODE[meta.mode], judge_rounds=meta.judge_rounds,
+                  graded=meta.graded)
     if meta.adapter is not None:
         msg.adapter = meta.adapter
     return msg
@@ -175,7 +190,8 @@ def meta_from_pb(m: pb.Meta) -> GroupMeta:
     return GroupMeta(model=m.model, revision=m.revision, adapter=m.adapter if m.HasField("adapter") else None,
                      template_version=m.template_version, sampling=_sampling_from_pb(m.sampling),
                      mode=_MODE_BACK.get(m.mode, JudgeMode.UNIFIED), queue_ms=m.queue_ms,
-                     inference_ms=m.inference_ms, cache_hits=m.cache_hits, judge_rounds=m.judge_rounds)
+                     inference_ms=m.inference_ms, cache_hits=m.cache_hits, judge_rounds=m.judge_rounds,
+                     graded=m.graded)
 
 
 def group_response_to_pb(r: GroupResponse) -> pb.ScoreGroupResponse:
@@ -211,7 +227,7 @@ def info_to_pb(info: InfoResponse) -> pb.InfoResponse:
                                            max_timeout_ms=L.max_timeout_ms,
                                            max_dialogue_turns=L.max_dialogue_turns, max_queries=L.max_queries),
                           sampling=_sampling_to_pb(info.sampling), version=info.version, cache=info.cache,
-                          embedding_model=info.embedding_model)
+                          embedding_model=info.embedding_model, graded=info.graded)
     if info.adapter is not None:
         msg.adapter = info.adapter
     return msg
@@ -225,4 +241,4 @@ def info_from_pb(m: pb.InfoResponse) -> InfoResponse:
                         limits=Limits(L.max_candidates, L.max_groups, L.max_history_turns, L.max_text_chars,
                                       L.max_timeout_ms, L.max_dialogue_turns, L.max_queries),
                         sampling=_sampling_from_pb(m.sampling), version=m.version, cache=m.cache,
-                        embedding_model=m.embedding_model)
+                        embedding_model=m.embedding_model, graded=m.graded)

@@ -114,12 +114,17 @@ class StepResult(_Response):
     verdict: bool | None
     valid: bool
     judged: bool
+    p_true: float | None = Field(default=None, description="the judge's probability of True (graded rewards); null: "
+                                                           "not served (meta.graded false) or not obtained")
 
 
 class PreferenceResult(_Response):
     verdict: Preference | None
     valid: bool
     judged: bool
+    probs: dict[str, float] | None = Field(default=None, description="the judge's probability of each label (first, "
+                                                                     "second, both_good, neither); null: not served "
+                                                                     "or not obtained")
 
 
 class FormatResult(_Response):
@@ -128,6 +133,9 @@ class FormatResult(_Response):
 
 
 class Rewards(_Response):
+    """Discrete (``rewards``: each verdict +1 / -1) or graded (``graded_rewards``: expected rewards under the judge's
+    label probabilities) reward components and their total."""
+
     steps: list[float | None] = Field(description="empty in modes orm and reply; null: not obtained")
     preference: float | None
     format: float | None = Field(description="null in mode reply (no format rule there)")
@@ -153,6 +161,12 @@ class CandidateResult(_Response):
     cache_hit: bool
     reply: StepResult | None = Field(default=None, description="mode reply only: the plain reply's verdict")
     error: Error | None = Field(default=None, description="present for invalid_input / engine_error")
+    graded_rewards: Rewards | None = Field(
+        default=None, description="graded rewards: each component's expected reward under the judge's label "
+                                  "probabilities (2 P(True) - 1 per step; the expected preference reward; the format "
+                                  "reward), a component null where its probabilities were not obtained, the total "
+                                  "null unless status is ok and every component is known; null when the server "
+                                  "serves none (meta.graded false) or for invalid_input")
 
 
 class TurnResult(CandidateResult):
@@ -183,6 +197,7 @@ class Meta(_Response):
     inference_ms: float
     cache_hits: int
     judge_rounds: int
+    graded: bool = Field(default=False, description="graded rewards are served: results carry graded_rewards")
 
 
 class ScoreGroupResponse(_Response):
@@ -223,6 +238,8 @@ class InfoResponse(_Response):
     version: str
     cache: str = Field(description="redis | memory | off")
     embedding_model: str
+    graded: bool = Field(default=False, description="graded rewards are served (the judge reads its verdict "
+                                                    "probabilities)")
 
 
 class HealthStatus(_Response):

@@ -54,12 +54,23 @@ async def test_group_of_four_over_grpc_then_cache_hit_over_http(reward_server: R
     assert meta.judge_rounds >= 12 and meta.inference_ms > 0
     # The constrained judge answers in the grammar: the three tagged candidates parse.
     assert all(r.status is Status.OK for r in first.results)
+    # Graded rewards: the verdict probabilities of the real engine, and a graded total beside the discrete one
+    assert meta.graded
+    for r in first.results[:3]:
+        assert r.graded_rewards is not None and r.graded_rewards.total is not None
+        assert r.preference is not None and r.preference.probs is not None
+        assert sum(r.preference.probs.values()) == pytest.approx(1.0)
+        assert all(s.p_true is not None and 0.0 <= s.p_true <= 1.0 for s in r.steps)
+        assert abs(r.graded_rewards.total) <= 5.0
+    assert first.results[3].graded_rewards is not None and first.results[3].graded_rewards.total == -5.0
 
     async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=300) as http:
         second = (await http.post("/v1/score", json=EXAMPLE)).json()
     judged = [r for r in second["results"]]
     assert [r["cache_hit"] for r in judged] == [True, True, True, True]
     assert [r["rewards"]["total"] for r in judged] == [r.rewards.total for r in first.results]
+    assert [r["graded_rewards"]["total"] for r in judged] == [r.graded_rewards.total for r in first.results
+                                                                if r.graded_rewards is not None]
     assert second["meta"]["cache_hits"] == 4 and second["meta"]["judge_rounds"] == 0
     keys = redis.Redis.from_url(reward_server.redis_url).keys("compeer:judge:v1:*")
     assert len(keys) >= 4
@@ -200,7 +211,7 @@ async def test_dialogue_get_reward_and_verl_on_the_real_server(reward_server: Ru
         assert [(t["index"], t["mode"], t["status"]) for t in res["turns"]] == [
             (1, "reply", "ok"), (3, "unified", "ok"), (5, "reply", "ok")]
         totals = [t["rewards"]["total"] for t in res["turns"]]
-        cer_total = totals[1]
+        cer_total, cer_graded = totals[1], res["turns"][1]["graded_rewards"]["total"]
         assert [t["rewards"]["reply"] for t in res["turns"]] == [totals[0], None, totals[2]]
         assert totals[0] in (1.0, -1.0) and totals[2] in (1.0, -1.0) and res["turns"][2]["steps"] == []
         assert res["aggregate"]["scored"] == 3 and res["aggregate"]["min_total"] == min(totals)
@@ -215,7 +226,8 @@ async def test_dialogue_get_reward_and_verl_on_the_real_server(reward_server: Ru
         body = {"query": [prompt + EXAMPLE["candidates"][0] + "<|im_end|>"], "prompts": [prompt],
                 "labels": [EXAMPLE["reference"]]}
         out = (await http.post("/get_reward", json=body)).json()
-    assert out["rewards"] == [cer_total] and out["statuses"] == ["ok"] and out["extra_logs"]["compeer_scored"] == [1.0]
+    # /get_reward answers the graded total (its default, as GRPO); veRL's function the discrete one
+    assert out["rewards"] == [cer_graded] and out["statuses"] == ["ok"] and out["extra_logs"]["compeer_scored"] == [1.0]
     score = await asyncio.to_thread(verl.compute_score, data_source="esconv", solution_str=EXAMPLE["candidates"][0],
                                     ground_truth=EXAMPLE["reference"], extra_info={"history": history},
                                     url=reward_server.http_url)

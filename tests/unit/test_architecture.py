@@ -23,8 +23,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "judge": ("cer",),
     "reward_server": ("cer", "judge", "compeer.reward.v1"),
     "data_builder": ("cer", "judge"),
-    # the D/R/P ablation builds its training sets with the emit stage's functions
-    "reward_trainer": ("cer", "judge", "data_builder.emit", "data_builder.records"),
+    # the D/R/P ablation builds its training sets with the emit stage's functions; the reward AUC orders its kinds of
+    # negative as the contrast stage lists them
+    "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
     "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
     # wrapper (on judge.generation) and its step-3 strategy rule

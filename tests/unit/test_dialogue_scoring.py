@@ -13,6 +13,7 @@ import pytest
 import uvicorn
 
 from cer.modes import JudgeMode
+from cer.rewards import RewardKind
 from judge.engines.base import GenParams, Message
 from reward_server import verl
 from reward_server.config import GetRewardSettings
@@ -21,6 +22,7 @@ from reward_server.grpc import dialogue_convert
 from reward_server.http.app import create_app
 from reward_server.http.dialogues import dialogue_request
 from reward_server.types import Limits
+from tests.fake_engine import verdict_logprobs
 from tests.unit.fakes import scripted_judge
 from tests.unit.test_reward_service import GOOD, Service, make_service
 
@@ -49,7 +51,9 @@ def judge_with(reply: str = "True", broken_reply: bool = False) -> Any:
 
 @pytest.fixture
 async def svc() -> AsyncIterator[Service]:
-    async for s in make_service(judge_with(), server={"get_reward": GetRewardSettings()}):
+    # the judge is sure of every verdict it writes: graded rewards equal the discrete ones
+    async for s in make_service(judge_with(), server={"get_reward": GetRewardSettings()},
+                                logprobs=verdict_logprobs(1.0)):
         yield s
 
 
@@ -64,15 +68,16 @@ async def test_dialogue_scored_identically_over_both_fronts(svc: Service) -> Non
     # a plain reply: judged point-wise, no step, preference or format score
     assert (plain["index"], plain["mode"], plain["status"]) == (3, "reply", "ok")
     assert plain["steps"] == [] and plain["preference"] is None
-    assert plain["reply"] == {"verdict": True, "valid": True, "judged": True}
-    assert plain["rewards"] == {"steps": [], "preference": None, "format": None, "reply": 1.0, "total": 1.0}
+    assert plain["reply"] == {"verdict": True, "valid": True, "judged": True, "p_true": 1.0}
+    assert plain["rewards"] == plain["graded_rewards"] == {"steps": [], "preference": None, "format": None,
+                                                           "reply": 1.0, "total": 1.0}
     agg = body["aggregate"]
     assert (agg["turns"], agg["scorable"], agg["scored"], agg["mean_total"], agg["min_total"]) == (2, 2, 2, 3.0, 1.0)
     assert agg["components"] == {"step1": 1.0, "step2": 1.0, "step3": 1.0, "preference": 1.0, "format": 1.0,
                                  "reply": 1.0}
     assert agg["by_mode"] == {"unified": {"scored": 1, "mean_total": 5.0, "min_total": 5.0},
                               "reply": {"scored": 1, "mean_total": 1.0, "min_total": 1.0}}
-    assert body["meta"]["mode"] == "unified" and body["meta"]["judge_rounds"] == 5
+    assert body["meta"]["mode"] == "unified" and body["meta"]["judge_rounds"] == 5 and body["meta"]["graded"]
 
     pb_req = dialogue_convert.dialogue_request_to_pb(dialogue_request(DIALOGUE))
     via_grpc = dialogue_convert.dialogue_response_from_pb(await svc.stub.ScoreDialogue(pb_req)).to_json()
@@ -100,7 +105,7 @@ async def test_reply_verdicts_false_and_unparsable() -> None:
         res = (await s.http.post("/v1/dialogues:score", json=DIALOGUE)).json()
         plain = res["turns"][1]
         assert plain["status"] == "parse_failed" and plain["rewards"]["total"] is None
-        assert plain["reply"] == {"verdict": None, "valid": False, "judged": True}
+        assert plain["reply"] == {"verdict": None, "valid": False, "judged": True, "p_true": None}
         assert res["aggregate"]["scored"] == 1 and res["aggregate"]["mean_total"] == 5.0
         assert "reply" not in res["aggregate"]["components"]
 
@@ -196,14 +201,16 @@ async def test_get_reward_with_openrlhf_request(svc: Service) -> None:
 async def test_get_reward_never_invents_a_reward() -> None:
     good = PROMPT + GOOD
     async for s in make_service(judge_with(broken_reply=True), max_retries=0,
-                                server={"get_reward": GetRewardSettings(mode=JudgeMode.REPLY)}):
+                                server={"get_reward": GetRewardSettings(mode=JudgeMode.REPLY,
+                                                                        kind=RewardKind.DISCRETE)}):
         r = await s.http.post("/get_reward", json={"query": [good, "not a chat"], "prompts": [PROMPT, None]})
         assert r.status_code == 422 and r.json()["error"]["field"] == "query[1]"
         r = await s.http.post("/get_reward", json={"query": [good], "prompts": [PROMPT], "labels": [None]})
         assert r.status_code == 502 and r.json()["error"] == {
             "code": "UNSCORED", "field": "query[0]", "message": r.json()["error"]["message"]}
         assert "parse_failed" in r.json()["error"]["message"]
-    async for s in make_service(judge_with(), server={"get_reward": GetRewardSettings(failure_reward=-7.0)}):
+    async for s in make_service(judge_with(), server={"get_reward": GetRewardSettings(failure_reward=-7.0)},
+                                logprobs=verdict_logprobs(1.0)):
         r = await s.http.post("/get_reward", json={"query": [good, "not a chat"], "prompts": [PROMPT, None],
                                                    "labels": ["That must be frustrating.", None]})
         out = r.json()

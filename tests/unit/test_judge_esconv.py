@@ -14,7 +14,7 @@ from data_builder.emit import build_judge_sft
 from data_builder.negatives import HACK_KINDS
 from data_builder.silver import build_silver
 from data_builder.silver_text import load_config
-from reward_trainer.contrast import auc, summarise
+from reward_trainer.contrast import auc, render_markdown, summarise, summarise_kinds
 
 
 def test_reply_rows_render_only_in_reply_mode(corpus: tuple[list[dict], list[dict]]) -> None:
@@ -63,7 +63,25 @@ def test_auc_and_within_group_shares_by_hand() -> None:
     assert s["other_round"]["negative_unscored"] == 1 and s["other_round"]["auc"] == pytest.approx((1 + 1 + 0 + 0.5) / 4)
     assert s["other_round"]["within_group"] == {"n": 1, "win": 1.0, "tie": 0.0, "loss": 0.0}
     assert s["wrong_emotion"]["within_group"] == {"n": 2, "win": 0.0, "tie": 0.5, "loss": 0.5}
-    assert s["kinds"] == ["other_round", "wrong_emotion"] and "similar_problem" not in s
+    assert s["kinds"] == ["wrong_emotion", "other_round"] and "similar_problem" not in s  # NEGATIVE_KINDS order
+
+
+def test_contrast_reports_both_totals_for_any_kind_of_negative() -> None:
+    """Kinds :data:`NEGATIVE_KINDS` does not name (``novel_b``, ``novel_a``) are reported after the known ones, in
+    first-seen order, and the graded total's AUC sits beside the discrete one (a missing graded total is unscored,
+    not filled in)."""
+    def group(pos: tuple[float, float | None], **neg: tuple[float, float | None]) -> dict[str, dict[str, float | None]]:
+        return {k: {"discrete": d, "graded": g} for k, (d, g) in {"positive": pos, **neg}.items()}
+
+    totals = [group((5.0, 4.2), novel_b=(5.0, 3.0), other_round=(5.0, 1.0)),
+              group((5.0, 3.9), novel_a=(-1.0, -0.5), novel_b=(5.0, None))]
+    s = summarise_kinds(totals)
+    assert "other_round" in NEGATIVE_KINDS and "novel_b" not in NEGATIVE_KINDS
+    assert s["discrete"]["kinds"] == s["graded"]["kinds"] == ["other_round", "novel_b", "novel_a"]
+    assert s["discrete"]["novel_b"]["auc"] == 0.5 and s["graded"]["novel_b"]["auc"] == 1.0  # certainty breaks ties
+    assert s["graded"]["novel_b"]["negative_unscored"] == 1 and s["discrete"]["novel_b"]["negative_unscored"] == 0
+    table = render_markdown({"judges": {"trained": {"gold": s}}})
+    assert "| trained | gold | novel_b | 0.500 | 1.000 |" in table and "| novel_a |" in table
 
 
 def test_local_folders_are_identified_by_their_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,9 +49,16 @@ class FakeOpenAIServer:
             if self.fail_status is not None:
                 return JSONResponse({"error": {"message": f"boom: {body['messages']}", "type": "server_error"}},
                                     status_code=self.fail_status)
+            logprobs = None
+            if body.get("logprobs"):  # two tokens, each with its top_logprobs alternatives
+                logprobs = {"content": [
+                    {"token": t, "logprob": lp, "bytes": None,
+                     "top_logprobs": [{"token": a, "logprob": alp, "bytes": None} for a, alp in alts]}
+                    for t, lp, alts in [("Rationale: ok\nVerdict:", 0.0, [("Rationale: ok\nVerdict:", 0.0)]),
+                                        (" True", -0.1, [(" True", -0.1), (" False", -2.4)])]]}
             return JSONResponse({
                 "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "length",
+                "choices": [{"index": 0, "finish_reason": "length", "logprobs": logprobs,
                              "message": {"role": "assistant", "content": "Rationale: ok\nVerdict: True"}}],
                 "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
             })
@@ -125,6 +132,31 @@ async def test_openai_without_regex_support_sends_no_structured_outputs(openai_s
     await engine.stop()
     sent = openai_server.requests[-1]
     assert sent["model"] == "judge" and "structured_outputs" not in sent and "seed" not in sent
+
+
+async def test_openai_logprobs_are_asked_and_read(openai_server: FakeOpenAIServer) -> None:
+    openai_server.fail_status = None
+    engine = OpenAIEngine(_oa_config(openai_server.base_url))
+    assert engine.supports_logprobs
+    await engine.start()
+    try:
+        result = await engine.generate([{"role": "user", "content": "hi"}], GenParams(logprobs=5), "req-lp")
+        plain = await engine.generate([{"role": "user", "content": "hi"}], GenParams(), "req-nolp")
+        with pytest.raises(EngineError, match="logprobs must be in 1..20"):
+            await engine.generate([{"role": "user", "content": "hi"}], GenParams(logprobs=21), "req-lp21")
+    finally:
+        await engine.stop()
+    asked, not_asked = openai_server.requests[-2:]
+    assert (asked["logprobs"], asked["top_logprobs"]) == (True, 5) and "logprobs" not in not_asked
+    assert result.tokens is not None and plain.tokens is None
+    assert [t.token for t in result.tokens] == ["Rationale: ok\nVerdict:", " True"]
+    assert result.tokens[1].top == {" True": -0.1, " False": -2.4} and result.tokens[1].logprob == -0.1
+    off = OpenAIEngine(_oa_config(openai_server.base_url, logprobs=False))
+    assert not off.supports_logprobs
+    await off.start()
+    with pytest.raises(EngineError, match="logprobs are not supported by the openai engine"):
+        await off.generate([{"role": "user", "content": "hi"}], GenParams(logprobs=5), "req-off")
+    await off.stop()
 
 
 async def test_openai_http_error_maps_to_engine_error(openai_server: FakeOpenAIServer,

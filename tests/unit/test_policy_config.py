@@ -22,6 +22,7 @@ def test_cpu_smoke_profile_loads_with_cpu_settings(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     assert cfg.bf16 is False and cfg.gradient_checkpointing is False
     assert cfg.judge_mode == "unified" and cfg.redundancy_mode == "paper" and cfg.length_unit == "tokens"
+    assert cfg.reward_kind == "graded"
     assert cfg.redundancy_alpha == 0.5 and cfg.redundancy_beta == 5.0
     assert cfg.beta == 0.0, "TRL's KL beta stays separate from the redundancy beta"
     assert cfg.generation_batch_size % cfg.num_generations == 0
@@ -42,6 +43,7 @@ def test_gpu_paper_profile_has_paper_values_and_requires_a_policy() -> None:
     ({"reward_server": ["no-port"]}, "host:port"),
     ({"judge_mode": "prm"}, "unified | single_pass | prm_orm"),
     ({"redundancy_mode": "halve"}, "off | paper | sign_aware"),
+    ({"reward_kind": "argmax"}, "reward_kind must be one of graded | discrete"),
     ({"length_unit": "chars"}, "tokens | words"),
     ({"reward_timeout_s": 0}, "never wait"),
     ({"redundancy_alpha": -1.0}, "paper uses 0.5"),

@@ -2,7 +2,9 @@
 plus tests of the fake itself (so the policy tests stand on a checked double).
 
 It answers ``score_batch`` from a table keyed by candidate text, records every call, and can be told to fail
-(raise ``RewardCallError``) or hang, to exercise the reward function's failure paths without a server.
+(raise ``RewardCallError``) or hang, to exercise the reward function's failure paths without a server. It serves
+graded rewards unless ``graded=False`` (a server without them): a candidate's graded components are the ones its
+``FakeScore`` names, by default its discrete ones (a judge sure of every verdict).
 """
 
 from __future__ import annotations
@@ -43,15 +45,26 @@ class FakeScore:
     status: Status = Status.OK
     s_in: float | None = 0.0
     s_hi: float | None = 0.0
+    #: graded (steps, preference); None: the discrete ones (a judge sure of every verdict)
+    graded: tuple[list[float | None], float | None] | None = None
 
 
-def _result(score: FakeScore, mode: JudgeMode, with_similarity: bool) -> CandidateResult:
-    steps = [] if mode is JudgeMode.ORM else list(score.steps)
-    pref = None if mode is JudgeMode.PRM else score.preference
-    parts: list[float | None] = [*steps, *([] if mode is JudgeMode.PRM else [pref]), score.format]
+def _rewards(steps: list[float | None], pref: float | None, fmt: float, mode: JudgeMode, ok: bool) -> Rewards:
+    steps = [] if mode is JudgeMode.ORM else list(steps)
+    pref = None if mode is JudgeMode.PRM else pref
+    parts: list[float | None] = [*steps, *([] if mode is JudgeMode.PRM else [pref]), fmt]
     total = None
-    if score.status is Status.OK and all(p is not None for p in parts):
+    if ok and all(p is not None for p in parts):
         total = float(sum(p for p in parts if p is not None))
+    return Rewards(steps=steps, preference=pref, format=fmt, total=total)
+
+
+def _result(score: FakeScore, mode: JudgeMode, with_similarity: bool, graded: bool = True) -> CandidateResult:
+    ok = score.status is Status.OK
+    discrete = _rewards(score.steps, score.preference, score.format, mode, ok)
+    g_steps, g_pref = score.graded or (score.steps, score.preference)
+    graded_rewards = _rewards(g_steps, g_pref, score.format, mode, ok) if graded else None
+    steps, pref = discrete.steps, discrete.preference
     sim = None
     if with_similarity and score.s_in is not None and score.s_hi is not None:
         sim = Similarity(score.s_in, score.s_hi)
@@ -60,15 +73,16 @@ def _result(score: FakeScore, mode: JudgeMode, with_similarity: bool) -> Candida
         steps=[StepResult(verdict=None if s is None else s > 0, valid=s is not None, judged=True) for s in steps],
         preference=None if mode is JudgeMode.PRM else PreferenceResult(None, pref is not None, True),
         format=FormatResult(ok=score.format > 0, missing=[]),
-        rewards=Rewards(steps=steps, preference=pref, format=score.format, total=total),
+        rewards=discrete,
+        graded_rewards=graded_rewards,
         similarity=sim,
     )
 
 
-def _meta(mode: JudgeMode) -> GroupMeta:
+def _meta(mode: JudgeMode, graded: bool = True) -> GroupMeta:
     sampling = SamplingInfo(temperature=0.0, top_p=1.0, max_tokens=64, seed=0, max_retries=1, constrained=False)
     return GroupMeta(model="fake-judge", revision="0", adapter=None, template_version="fake", sampling=sampling,
-                     mode=mode, queue_ms=3.0, inference_ms=12.0)
+                     mode=mode, queue_ms=3.0, inference_ms=12.0, graded=graded)
 
 
 class FakeRewardClient:
@@ -76,8 +90,9 @@ class FakeRewardClient:
 
     def __init__(self, table: dict[str, FakeScore] | None = None, *, fail_with: grpc.StatusCode | None = None,
                  hang_s: float = 0.0, reject_groups: Sequence[int] = (),
-                 default: Callable[[str], FakeScore] | None = None) -> None:
+                 default: Callable[[str], FakeScore] | None = None, graded: bool = True) -> None:
         self.table = table or {}
+        self.graded = graded
         self.default = default or (lambda _text: FakeScore())
         self.fail_with = fail_with
         self.hang_s = hang_s
@@ -101,8 +116,9 @@ class FakeRewardClient:
                 continue
             mode = g.options.mode or JudgeMode.UNIFIED
             out.append(GroupResponse(results=[_result(self.table[c] if c in self.table else self.default(c), mode,
-                                                      g.options.include_similarity) for c in g.candidates],
-                                     meta=_meta(mode)))
+                                                      g.options.include_similarity, self.graded)
+                                              for c in g.candidates],
+                                     meta=_meta(mode, self.graded)))
         return out
 
     async def close(self) -> None:

@@ -10,8 +10,15 @@ import pytest
 
 from cer.modes import JudgeMode, RewardJudgeMode
 from cer.redundancy import RedundancyMode
+from cer.rewards import RewardKind
 from policy_trainer.config import LengthUnit
-from policy_trainer.rewards import CompeerReward, GroupingError, RewardSettings, completion_text
+from policy_trainer.rewards import (
+    CompeerReward,
+    GradedRewardsUnavailable,
+    GroupingError,
+    RewardSettings,
+    completion_text,
+)
 from reward_server.types import Status
 from tests.unit.test_policy_fakes import FakeRewardClient, FakeScore
 
@@ -191,3 +198,50 @@ def test_engine_errors_are_unscored_and_counted() -> None:
     assert out == [None, pytest.approx(5.0)]
     assert metrics["compeer/engine_error_rate"] == [0.5]
     assert metrics["compeer/parse_failure_rate"] == [0.0]
+
+
+# ---- graded rewards (reward_kind) -------------------------------------------------------------------------------
+def _graded_table() -> dict[str, FakeScore]:
+    # the judge's verdicts agree (discrete totals equal: 5) but its certainty differs (graded totals 4.2 and 2.6)
+    return {"sure": FakeScore(graded=([0.8, 0.8, 0.8], 0.8)), "unsure": FakeScore(graded=([0.4, 0.4, 0.4], 0.4)),
+            "half": FakeScore(graded=([0.8, None, 0.8], 0.8))}
+
+
+def test_graded_total_is_the_default_reward_and_discrete_stays_selectable() -> None:
+    args = (["sure", "unsure"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"])
+    off = RedundancyMode.OFF
+    metrics: dict[str, list[float]] = {}
+    graded = CompeerReward(RewardSettings(2, redundancy_mode=off), lambda: FakeRewardClient(_graded_table()))
+    assert graded.settings.reward_kind is RewardKind.GRADED
+    assert _call(graded, *args, metrics=metrics) == pytest.approx([4.2, 2.6])
+    m = {k: v[0] for k, v in metrics.items()}
+    assert m["compeer/graded_total_mean"] == pytest.approx(3.4) and m["compeer/discrete_total_mean"] == 5.0
+    assert m["compeer/graded_step_reward_mean"] == pytest.approx(0.6) and m["compeer/step_reward_mean"] == 1.0
+    assert m["compeer/graded_preference_reward_mean"] == pytest.approx(0.6)
+    assert m["compeer/reward_raw_mean"] == pytest.approx(3.4)  # the reward trained on
+    discrete = CompeerReward(RewardSettings(2, redundancy_mode=off, reward_kind=RewardKind.DISCRETE),
+                             lambda: FakeRewardClient(_graded_table()))
+    assert _call(discrete, *args) == [5.0, 5.0]
+    # reweighting applies to the graded total: s_in 0.5, L = 5 -> tau 0.5 -> / 1.25
+    table = {k: FakeScore(graded=v.graded, s_in=0.5) for k, v in _graded_table().items()}
+    reweighted = CompeerReward(RewardSettings(2), lambda: FakeRewardClient(table))
+    assert _call(reweighted, ["sure", "unsure"], [[0] * 5] * 2, [HIST_A] * 2, ["r"] * 2) == pytest.approx(
+        [4.2 / 1.25, 2.6 / 1.25])
+    # a missing graded component leaves the item unscored, never filled in from the discrete verdict
+    assert _call(graded, ["half", "sure"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"]) == [None, pytest.approx(4.2)]
+
+
+def test_graded_reward_from_a_server_without_them_is_an_error_naming_the_setting() -> None:
+    args = (["sure", "unsure"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"])
+    reward = CompeerReward(RewardSettings(2), lambda: FakeRewardClient(_graded_table(), graded=False))
+    with pytest.raises(GradedRewardsUnavailable, match="reward_kind: discrete"):
+        _call(reward, *args)
+    discrete = CompeerReward(RewardSettings(2, redundancy_mode=RedundancyMode.OFF, reward_kind=RewardKind.DISCRETE),
+                             lambda: FakeRewardClient(_graded_table(), graded=False))
+    assert _call(discrete, *args) == [5.0, 5.0]
+
+
+def test_prm_orm_graded_total_sums_the_graded_components() -> None:
+    reward = CompeerReward(RewardSettings(2, judge_mode=RewardJudgeMode.PRM_ORM, redundancy_mode=RedundancyMode.OFF),
+                           lambda: FakeRewardClient(_graded_table()))
+    assert _call(reward, ["sure", "unsure"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"]) == pytest.approx([4.2, 2.6])

@@ -27,7 +27,7 @@ from reward_server.http.convert import group_from_json
 from reward_server.metrics import Metrics
 from reward_server.proto import pb, pb_grpc
 from tests.conftest import free_port
-from tests.fake_engine import FakeEngine
+from tests.fake_engine import FakeEngine, verdict_logprobs
 from tests.unit.fakes import FakeHashEmbedder, scripted_judge
 
 GOOD = ("<analysis>She failed her test again; exploration.</analysis><emotion>negative; shame; 4</emotion>"
@@ -55,8 +55,11 @@ class Service:
 
 
 async def make_service(responder: Any = None, *, delay: float = 0.0, start: bool = True, cache: Any = None,
-                       server: dict[str, Any] | None = None, **judge: Any) -> AsyncIterator[Service]:
-    engine = FakeEngine(responder or scripted_judge(), delay=delay,
+                       server: dict[str, Any] | None = None, logprobs: Any = None,
+                       **judge: Any) -> AsyncIterator[Service]:
+    """The service on a FakeEngine (``logprobs``: its fake logprobs maker, e.g. ``verdict_logprobs()``; None: an
+    engine without logprobs, so no graded rewards)."""
+    engine = FakeEngine(responder or scripted_judge(), delay=delay, logprobs=logprobs,
                         config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"))
     # fake backend: not validated; ``server``: other ServerConfig fields
     config = ServerConfig(engine=engine.config, judge=JudgeSettings(**judge), **(server or {}))
@@ -96,7 +99,7 @@ async def test_group_scored_identically_over_both_fronts(svc: Service) -> None:
         assert h["rewards"] == g["rewards"] == {"steps": [1.0, 1.0, 1.0], "preference": 1.0, "format": 1.0,
                                                  "reply": None, "total": 5.0}
         assert h["steps"] == g["steps"]
-        assert h["preference"] == g["preference"] == {"verdict": "second", "valid": True, "judged": True}
+        assert h["preference"] == g["preference"] == {"verdict": "second", "valid": True, "judged": True, "probs": None}
         assert h["similarity"] is not None and g["similarity"] is not None
     assert http_json["meta"]["model"] == "fake-judge" and http_json["meta"]["revision"] == "r1"
     assert http_json["meta"]["template_version"] == "unifireward-v2"
@@ -126,7 +129,7 @@ async def test_missing_parts_count_as_failed_and_are_not_judged(svc: Service) ->
     no_emotion = GOOD.replace("<emotion>negative; shame; 4</emotion>", "")
     res = (await svc.http.post("/v1/score", json=body([no_emotion]))).json()["results"][0]
     assert res["format"] == {"ok": False, "missing": ["emotion"]}
-    assert res["steps"][1] == {"verdict": None, "valid": True, "judged": False}
+    assert res["steps"][1] == {"verdict": None, "valid": True, "judged": False, "p_true": None}
     assert res["rewards"] == {"steps": [1.0, -1.0, 1.0], "preference": 1.0, "format": -1.0, "reply": None,
                               "total": 1.0}
     assert len(svc.engine.calls) == 3  # the missing step got no round
@@ -357,14 +360,15 @@ def test_every_judge_setting_that_changes_an_answer_is_in_the_cache_key() -> Non
     from judge.settings import options
 
     def key(**judge: Any) -> str:
-        engine = FakeEngine(config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"))
+        engine = FakeEngine(config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"),
+                            logprobs=verdict_logprobs())
         core = RewardCore(ServerConfig(engine=engine.config, judge=JudgeSettings(**judge)), engine, None, MemoryCache())
         return cache_key(core._key_ctx, "unified", [], "ref", "cand")
 
     base = key()
-    # every judge setting can change what a judgment says
+    # every judge setting can change what a judgment says (verdict_probs: whether it has label probabilities)
     changed = {"max_tokens_per_component": 64, "temperature": 0.5, "top_p": 0.9, "seed": 3, "max_retries": 1,
-               "retry_temperature": 1.0, "rationale_max_chars": 50, "constrain": False}
+               "retry_temperature": 1.0, "rationale_max_chars": 50, "constrain": False, "verdict_probs": False}
     assert {o.path[-1] for o in options(JudgeSettings)} == set(changed)
     for name, value in changed.items():
         if name == "constrain":  # the fake engine takes no regex: constraining changes nothing it generates

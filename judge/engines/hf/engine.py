@@ -16,6 +16,8 @@ Batching rules (what a caller can rely on):
   rows of one batch may carry different patterns (:mod:`judge.engines.hf.grammar`, :mod:`judge.engines.hf.mask`).
   Without them the pattern is ignored and the judge relies on parse + retry. ``GenParams.max_line_chars`` caps every
   line of a constrained row (``supports_line_bound``; :mod:`judge.engines.hf.line_bound`).
+* ``GenParams.logprobs`` (``supports_logprobs``): the log-softmax of the unmasked, untempered logits at every kept
+  output token, top k (:mod:`judge.engines.hf.logprobs`); requests with and without it share batches.
 
 Speed on GPU: ``static_cache`` (``--static-cache``; off by default because its compile warm-up takes 75-110 s) makes
 transformers compile the decode step with CUDA graphs over one reused static KV cache
@@ -53,6 +55,7 @@ class TransformersEngine(Engine):
     """
 
     name = "transformers"
+    supports_logprobs = True
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
@@ -136,6 +139,7 @@ class TransformersEngine(Engine):
         if params.max_tokens < 1:
             raise EngineError(f"max_tokens must be >= 1, got {params.max_tokens}")
         self.check_line_bound(params)
+        self.check_logprobs(params)
         req = Request(messages, params, request_id, asyncio.get_running_loop().create_future())
         self._queue.append(req)
         self._wakeup.set()

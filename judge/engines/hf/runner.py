@@ -12,7 +12,8 @@ results equal a solo run's (up to padding numerics). ``finish_reason`` is ``"len
 ``max_tokens`` (or the context limit) without emitting EOS, else ``"stop"``; ``output_tokens`` counts the EOS token
 when generation stopped on it (as vLLM does). Sampling uses exactly ``temperature`` and ``top_p`` (top-k off, no
 repetition penalty); a request ``seed`` re-seeds torch before its batch (reproducible for the same batch
-composition only: rows share one RNG stream).
+composition only: rows share one RNG stream). ``GenParams.logprobs``: the unmasked distribution of every kept output
+token (:mod:`judge.engines.hf.logprobs`), for the rows that ask.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from judge.device import resolve_device_dtype
 from judge.engines.base import EngineConfig, EngineError, GenParams, GenResult, Message
 from judge.engines.hf.grammar import Grammars
+from judge.engines.hf.logprobs import LogprobTap, PieceText, row_tokens
 from judge.engines.hf.mask import GrammarMask
 from judge.engines.hf.static_cache import StaticKV
 from judge.engines.hf.stats import GenerateStats
@@ -122,6 +124,7 @@ class ModelRunner:
         self._max_model_len = config.max_model_len
         self._max_batch = s.max_batch
         self._static_cache = s.static_cache
+        self._piece = PieceText(tok)  # token texts of GenParams.logprobs
         # "auto" is xgrammar's choice: one Triton kernel on CUDA (JIT-compiled in the warm-up; needs a host C
         # compiler, as torch.compile does), its native kernel on CPU. "torch_native" (a few torch ops) needs no
         # compiler; on an H200 it judged within 5% of Triton's time.
@@ -193,6 +196,9 @@ class ModelRunner:
             g = self.grammars
             mask = GrammarMask(g.rows(patterns), g.vocab_size, self._grammar_kernel,
                                g.line_table() if any(bounds) else None, bounds) if any(patterns) else None
+            ks = [batch[i].params.logprobs or 0 for i in rows]
+            tap = LogprobTap(max(ks)) if any(ks) else None
+            processors: list[Any] = ([] if tap is None else [tap]) + ([] if mask is None else [mask])
             t_gen = time.perf_counter()
             with torch.inference_mode():
                 if not greedy and params.seed is not None:
@@ -205,8 +211,9 @@ class ModelRunner:
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                            generation_config=gen_config, **cache,
                                            stopping_criteria=[stop] if mask is None else [stop, mask.tap],
-                                           logits_processor=[] if mask is None else [mask])
+                                           logits_processor=processors)
             new = generated[:, prompt_len:].tolist()
+            top_v, top_i, chosen = tap.rows(generated[:, prompt_len:]) if tap is not None else ([], [], [])
             t_end = time.perf_counter()
             self.stats.prep_s.append(t_gen - t_prep)
             self.stats.generate_s.append(t_end - t_gen)
@@ -229,6 +236,9 @@ class ModelRunner:
                     prompt_tokens=len(ids[row]),
                     output_tokens=len(tokens) if end is None else end + 1,
                     finish_reason="length" if end is None else "stop",
+                    tokens=None if not ks[row] else row_tokens(
+                        kept, [v[: ks[row]] for v in top_v[row]], [x[: ks[row]] for x in top_i[row]], chosen[row],
+                        self._piece),
                 )
         return [r if r is not None else EngineError("internal: row not generated") for r in out]
 
