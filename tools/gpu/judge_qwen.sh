@@ -37,15 +37,26 @@ train() {  # $1: variant
     > $R/train-"$1".log 2>&1 && to_bf16 $R/"$1"
 }
 
-pipeline() {
+pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then evaluated; CONTRAST_GROUPS groups scored
   local pids=() v
-  for v in unified prm orm; do train $v & pids+=($!); done
+  for v in ${VARIANTS:-unified prm orm}; do train $v & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
+  pids=()
   python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
-    --adapter reply=$R/unified "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids=($!)
-  python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
-    --no-base "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 & pids+=($!)
-  for p in "${pids[@]}"; do wait "$p" || return 1; done
+    --adapter reply=$R/unified "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
+  if [ -d $R/prm ] && [ -d $R/orm ]; then
+    python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
+      --no-base "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 & pids+=($!)
+  fi
+  # the reward AUC per kind of negative: the trained judge and the bare base, discrete and graded totals
+  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-trained \
+    --adapter trained=$R/unified --no-base --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" \
+    > $R/contrast-trained.log 2>&1 & pids+=($!)
+  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-base \
+    --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" > $R/contrast-base.log 2>&1 & pids+=($!)
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
 }
 
 to_bf16() {  # $1: a trained adapter folder -> $1-bf16 (the LoRA weights train in float32; shipped in bfloat16)
@@ -67,7 +78,7 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   cp $R/pipeline.log "$OUT"/ 2>/dev/null
   grep -hE "'loss'|train_runtime|resuming" $R/train-*.log > "$OUT"/train.txt 2>/dev/null
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
-  local d=(); for x in eval-unified eval-prm-orm unified/compeer_judge.json prm/compeer_judge.json \
+  local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
       orm/compeer_judge.json data/counts.txt; do [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
   if [ -d $R/"${ADAPTER:-unified}"-bf16 ]; then  # one adapter a call: ADAPTER=prm / orm for the others
