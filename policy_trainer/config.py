@@ -117,7 +117,7 @@ class CompeerGRPOConfig(GRPOConfig):
     )
     max_nonfinite_grad_steps: int = field(
         default=3,
-        metadata={"help": "A step with NaN/inf gradients is skipped (no update; policy_trainer/guards.py); this many "
+        metadata={"help": "A step with NaN/inf gradients is skipped (no update; judge/guards.py); this many "
                           "in a row stop the run. 0: no check (the Trainer then writes NaN into the weights)."},
     )
     # ---- policy --------------------------------------------------------------------------------------------------

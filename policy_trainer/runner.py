@@ -18,10 +18,10 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
 from cer.modes import JudgeMode
+from judge.guards import SkipNonFiniteGradients
 from judge.model_store import resolve_model
 from policy_trainer.config import CompeerGRPOConfig
 from policy_trainer.data import load_prompt_set
-from policy_trainer.guards import SkipNonFiniteGradients
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings, ScoringClient
 from policy_trainer.warmup import run_warmup, warmup_adapter_path

@@ -80,6 +80,11 @@ class JudgeSFTConfig(SFTConfig):
         default=None,
         metadata={"help": "Use at most this many training conversations (before oversampling); None = all."},
     )
+    max_nonfinite_grad_steps: int = field(
+        default=3,
+        metadata={"help": "A step with NaN/inf gradients is skipped (no update; judge/guards.py); this many in a row "
+                          "stop the run. 0: no check (the Trainer then writes NaN into the LoRA weights)."},
+    )
     # TRL / transformers defaults that do not suit a small LoRA judge on CPU or one GPU.
     gradient_checkpointing: bool = field(
         default=False,
@@ -109,6 +114,9 @@ class JudgeSFTConfig(SFTConfig):
             raise ValueError("lora_target_modules is empty: list the projections to adapt, e.g. [q_proj, v_proj]")
         if self.false_oversample < 1.0:
             raise ValueError(f"false_oversample={self.false_oversample}: must be >= 1.0 (1.0 turns it off)")
+        if self.max_nonfinite_grad_steps < 0:
+            raise ValueError(f"max_nonfinite_grad_steps={self.max_nonfinite_grad_steps}: must be >= 0 (0 turns the "
+                             "check off)")
         if self.max_train_rows is not None and self.max_train_rows < 1:
             raise ValueError(f"max_train_rows={self.max_train_rows}: must be >= 1, or null for all rows")
         if self.model_dtype not in ("auto", "float32", "bfloat16", "float16"):

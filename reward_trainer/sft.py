@@ -67,6 +67,7 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     from trl import SFTTrainer
 
     from judge.device import dtype_name, resolve_device_dtype
+    from judge.guards import SkipNonFiniteGradients
     from judge.model_store import resolve_model
     from judge.protocol import load_template
     from reward_trainer.data import TRAIN_SPLIT, build_train_dataset, check_template, load_judge_set
@@ -95,8 +96,9 @@ def train(config: JudgeSFTConfig) -> TrainResult:
                                    false_factor=false_factor, seed=config.seed)
     model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype, local_files_only=True)
 
+    guard = SkipNonFiniteGradients(config.max_nonfinite_grad_steps)
     trainer = SFTTrainer(model=model, args=config, train_dataset=train_ds, processing_class=tokenizer,
-                         peft_config=lora_config(config))
+                         peft_config=lora_config(config), callbacks=[guard])
     log.info("training %s judge: %d rows, base %s, LoRA r=%d", config.variant, len(train_ds), ref.model_id,
              config.lora_r)
     resume = latest_checkpoint(Path(config.output_dir))
@@ -125,6 +127,7 @@ def train(config: JudgeSFTConfig) -> TrainResult:
         "lora": {"r": config.lora_r, "alpha": config.lora_alpha, "dropout": config.lora_dropout,
                  "target_modules": list(config.lora_target_modules)},
         "false_oversample": false_factor,
+        "nonfinite_grad_steps_skipped": guard.skipped,
         "seconds": round(result.seconds, 1),
     }
     (out_dir / ADAPTER_STAMP).write_text(json.dumps(stamp, indent=2), encoding="utf-8")

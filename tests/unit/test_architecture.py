@@ -3,7 +3,8 @@ imports inside functions included, so that it cannot regress:
 
     cer  <-  judge  <-  reward_server, reward_trainer, data_builder
     policy_trainer -> cer, the service's client and wire types (reward_server.client, reward_server.types), and the
-                      model store (judge.model_store) for the default policy weights
+                      model store (judge.model_store) for the default policy weights and the training guard
+                      (judge.guards)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the D/R/P ablation builds its training sets with the emit stage's functions; the reward AUC orders its kinds of
     # negative as the contrast stage lists them
     "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
-    "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store"),
+    "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
     # wrapper (on judge.generation) and its step-3 strategy rule
     "evaluator": ("cer", "judge", "data_builder.llm", "data_builder.generate"),

@@ -340,7 +340,7 @@ def test_a_real_trainer_skips_a_step_with_nan_gradients_and_stops_after_too_many
     train; without the guard the same run writes NaN into the weights; N NaN steps in a row stop the run."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from policy_trainer.guards import NonFiniteGradientError, SkipNonFiniteGradients
+    from judge.guards import NonFiniteGradientError, SkipNonFiniteGradients
 
     def train(bad_steps: set[int], guard: SkipNonFiniteGradients | None) -> tuple[_TinyModel, list[dict[str, Any]]]:
         rows = [{"x": torch.ones(2)} for _ in range(4)]

@@ -244,5 +244,5 @@ def test_judge_contrast_reports_every_kind_of_the_groups(corpus: tuple[list[dict
     s = summarise(totals)
     kinds = set().union(*(g["candidates"] for g in groups)) - {"positive"}
     assert set(s["kinds"]) == kinds >= {"stage_mismatch", *HACK_KINDS}
-    table = render_markdown({"judges": {"t": {"gold": s}}})
+    table = render_markdown({"judges": {"t": {"gold": {"discrete": s, "graded": s}}}})
     assert all(f"| {k} |" in table for k in kinds)

@@ -1,4 +1,5 @@
-"""Training guards: a step whose gradients are not finite is skipped instead of written into the weights.
+"""Training guards, for both trainers (the GRPO policy trainer and the judge SFT trainer): a step whose gradients
+are not finite is skipped instead of written into the weights.
 
 Why (GPU loop run of 2026-11-26, docs/compeer_loop.md): two GRPO arms logged a finite loss but ``grad_norm: NaN``
 at the same step; the Trainer clipped (NaN coefficient) and stepped, so the LoRA weights became NaN and the next
@@ -6,7 +7,9 @@ generation sampled from NaN probabilities (CUDA device-side assert). A resume re
 again. The Trainer has no skip of its own (``logging_nan_inf_filter`` only hides the logged loss), so this callback
 drops the gradients before ``optimizer.step()`` (AdamW leaves a parameter without gradient untouched, moments
 included), counts the step in ``compeer/nonfinite_grad_steps`` and stops the run after ``max_consecutive`` such
-steps in a row, since then the policy itself is broken.
+steps in a row, since then the model itself is broken. The 1.5B judge's first LoRA runs on an H200 (2026-11-27,
+docs/evaluations/judge-esconv/report.md) hit the same: ``grad_norm: nan`` within the first 10 steps, after which
+every loss was NaN; the judge trainer takes the guard too (``JudgeSFTConfig.max_nonfinite_grad_steps``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ class SkipNonFiniteGradients(TrainerCallback):
         if self.consecutive >= self.max_consecutive:
             raise NonFiniteGradientError(
                 f"{self.consecutive} optimizer steps in a row had non-finite gradients (last: step {step}); "
-                "stopping instead of training a broken policy (max_nonfinite_grad_steps)")
+                "stopping instead of training a broken model (max_nonfinite_grad_steps)")
         return True
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
