@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree peak memory."""
+"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree peak memory, the machine."""
 
 from __future__ import annotations
 
@@ -22,6 +22,30 @@ def write_result(name: str, figures: dict[str, Any]) -> Path:
                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}, **figures}
     out.write_text(json.dumps(payload, indent=2))
     return out
+
+
+def machine_description() -> dict[str, Any]:
+    """What the CPU is and how busy the machine is: model name, the flags that decide CPU kernels (AVX-512, its
+    bfloat16 and VNNI extensions, AMX), memory, and the load averages now (Linux /proc; empty fields elsewhere)."""
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:"))
+    except (OSError, StopIteration):
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+    return {"cpu_model": model, "cpus": os.cpu_count(), "cpu_flags": {f: f in flags for f in wanted},
+            "mem_gib": round(mem_kb / (1 << 20), 1), "load_avg_1_5_15": list(os.getloadavg())}
 
 
 def print_table(title: str, rows: list[tuple[str, Any, str]]) -> None:
