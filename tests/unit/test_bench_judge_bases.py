@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench.common import machine_description
-from bench.judge_bases_cpu import (FIGURES, esconv_groups, parse_dtypes, ratios, same_verdict_components, table_rows,
-                                   tally, workload)
+from bench.judge_bases_cpu import (FIGURES, esconv_groups, favourable_shares, parse_dtypes, ratios,
+                                   same_verdict_components, table_rows, tally, workload)
 
 ESCONV = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder" / "esconv.json"
 
@@ -49,6 +49,12 @@ def test_tally_counts_verdicts_failures_and_flat_components() -> None:
     assert same_verdict_components(t) == ["step1"]
     assert same_verdict_components(t, at_least=0.3) == ["preference", "step1"]
     assert tally([], [])["parse_failure_share"] == 0.0
+    # favourable: True, second, both_good; unparsed verdicts left out of the share
+    assert favourable_shares(t) == {"step1": {"positive": 1.0, "wrong_emotion": 1.0},
+                                    "preference": {"positive": 1.0}}
+    t2 = tally(["positive", "positive", "other_dialogue"], [{"preference": "first"}, {"preference": "second"},
+                                                            {"preference": "neither"}])
+    assert favourable_shares(t2) == {"preference": {"positive": 0.5, "other_dialogue": 0.0}}
 
 
 def test_ratios_are_large_over_small_and_absent_where_undefined() -> None:
