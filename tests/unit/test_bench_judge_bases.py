@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import machine_description
-from bench.judge_bases_cpu import (FIGURES, esconv_groups, favourable_shares, parse_dtypes, ratios,
+from bench.judge_bases_cpu import (FIGURES, esconv_groups, favourable_shares, load_notes, parse_dtypes, ratios,
                                    same_verdict_components, table_rows, tally, workload)
 
 ESCONV = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder" / "esconv.json"
@@ -82,3 +82,10 @@ def test_machine_description_names_the_cpu_features_that_pick_kernels() -> None:
     m = machine_description()
     assert {"cpu_model", "cpus", "cpu_flags", "mem_gib", "load_avg_1_5_15"} <= set(m)
     assert {"avx512_bf16", "amx_bf16"} <= set(m["cpu_flags"]) and len(m["load_avg_1_5_15"]) == 3
+
+
+def test_a_busy_machine_is_noted_per_judge() -> None:
+    results = {"135m": {"load_1min": {"start": 2.1, "throughput": 5.4}}, "1.5b": {"load_1min": {"start": 2.9}}}
+    notes = load_notes(results, cpus=2)
+    assert len(notes) == 1 and notes[0].startswith("135m: 1-minute load above 3 on 2 cores") and "5.4" in notes[0]
+    assert load_notes(results, cpus=2, extra=4.0) == []
