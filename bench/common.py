@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree peak memory, the machine."""
+"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree memory and CPU time, the
+machine."""
 
 from __future__ import annotations
 
@@ -70,9 +71,8 @@ def tree_peak_rss_mb(pid: int) -> float:
     return tree_memory_mb(pid, "VmHWM")
 
 
-def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
-    """Sum of a /proc status memory ``field`` (VmRSS: resident now, VmHWM: peak) over a process and its
-    descendants (Linux /proc)."""
+def tree_pids(pid: int) -> list[int]:
+    """A process and its descendants, alive now (Linux /proc; the process first)."""
     def children(p: int) -> list[int]:
         try:
             out = []
@@ -83,22 +83,42 @@ def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
         except OSError:
             return []
 
-    total_kb = 0
+    found: list[int] = []
     stack = [pid]
-    seen = set()
     while stack:
         p = stack.pop()
-        if p in seen:
+        if p in found:
             continue
-        seen.add(p)
+        found.append(p)
+        stack += children(p)
+    return found
+
+
+def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
+    """Sum of a /proc status memory ``field`` (VmRSS: resident now, VmHWM: peak) over a process and its
+    descendants (Linux /proc)."""
+    total_kb = 0
+    for p in tree_pids(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith(f"{field}:"):
                     total_kb += int(line.split()[1])
         except OSError:
             continue
-        stack += children(p)
     return total_kb / 1024
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process and its live descendants have used so far (Linux /proc). The
+    difference over a phase is the work the phase cost, whatever else shares the cores (wall time is not)."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def http_ready(url: str) -> bool:

