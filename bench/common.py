@@ -28,7 +28,7 @@ def write_result(name: str, figures: dict[str, Any]) -> Path:
 def machine_description() -> dict[str, Any]:
     """What the CPU is and how busy the machine is: model name, the flags that decide CPU kernels (AVX-512, its
     bfloat16 and VNNI extensions, AMX), memory, and the load averages now (Linux /proc; empty fields elsewhere)."""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")

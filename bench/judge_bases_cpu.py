@@ -15,8 +15,9 @@ dialogue, ...), the real turn as the reference, as GRPO sends it. The judge sees
 
 Each judge runs in its own process (one after the other, never at once: each needs both cores), which reports:
 
-* ``start_s``: engine start (model load, vLLM warm-up) and ``peak_rss_mb`` of that process tree (engine core
-  included), read before the engine stops;
+* ``start_s``: engine start (model load, vLLM warm-up; vLLM's torch.compile cache in ``~/.cache/vllm`` is reused, so
+  only the first start of a model on a machine compiles: 160 s for the 1.5B in a trial against 60-100 s later) and
+  ``peak_rss_mb`` of that process tree (engine core included), read before the engine stops;
 * ``first_answer_s``: judging ONE candidate (its 4 rounds, one after another) on the cold engine and prefix cache;
 * throughput: ``--sets`` sets of ``--groups`` x ``--group-size`` candidates (default one GRPO step, 8 x 4), each
   set's candidates at once, the prefix cache reset before each set: judgments/s, seconds a judgment, and the time
@@ -140,8 +141,10 @@ def ratios(small: dict[str, Any], large: dict[str, Any]) -> dict[str, float | No
     out: dict[str, float | None] = {}
     for key in FIGURES:
         a, b = small.get(key), large.get(key)
-        ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0
-        out[key] = b / a if ok else None
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0:
+            out[key] = b / a
+        else:
+            out[key] = None
     return out
 
 
@@ -194,6 +197,7 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     from judge.conversation import Judge
     from judge.engines import create_engine
     from judge.engines.base import EngineConfig
+    from judge.engines.vllm_engine import VllmEngine
     from judge.model_store import resolve_judge
     from judge.protocol import JudgeSettings, load_template
 
@@ -201,8 +205,10 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     ref, runtime = resolve_judge(base, adapter, dtype, "cpu")
     if runtime is not None:
         raise RuntimeError("the benchmark serves merged judges only (no run-time LoRA)")
-    engine = CountingEngine(create_engine(EngineConfig(backend="vllm", model_path=ref.path, dtype=dtype,
-                                                       max_model_len=4096)))
+    vllm = create_engine(EngineConfig(backend="vllm", model_path=ref.path, dtype=dtype, max_model_len=4096))
+    if not isinstance(vllm, VllmEngine):
+        raise TypeError(f"expected the vLLM engine, got {type(vllm).__name__}")
+    engine = CountingEngine(vllm)
     t = time.perf_counter()
     await engine.start()
     fig: dict[str, Any] = {"model": ref.model_id, "revision": ref.revision, "adapter": ref.adapter, "dtype": dtype,
@@ -212,10 +218,12 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     first_one = [{**first[0], "candidates": first[0]["candidates"][:1]}]
     fig["first_answer_s"], first_kinds, first_verdicts = await _judge_all(judge, first_one)
     fig["load_1min"]["first_answer"] = os.getloadavg()[0]
-    g0, tok0, wall, kinds, verdicts = engine.generations, engine.output_tokens, 0.0, [], []
+    g0, tok0, wall = engine.generations, engine.output_tokens, 0.0
+    kinds: list[str] = []
+    verdicts: list[dict[str, Any]] = []
     cpu0 = tree_cpu_s(os.getpid())
     for groups in sets:
-        await engine.inner.reset_prefix_cache()  # each set meets its prompts cold, as a GRPO step's do
+        await vllm.reset_prefix_cache()  # each set meets its prompts cold, as a GRPO step's do
         w, k, v = await _judge_all(judge, groups)
         wall, kinds, verdicts = wall + w, kinds + k, verdicts + v
     fig["load_1min"]["throughput"] = os.getloadavg()[0]

@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 
 from bench.common import machine_description
-from bench.judge_bases_cpu import (FIGURES, esconv_groups, favourable_shares, load_notes, parse_dtypes, ratios,
-                                   same_verdict_components, table_rows, tally, workload)
+from bench.judge_bases_cpu import (
+    FIGURES,
+    esconv_groups,
+    favourable_shares,
+    load_notes,
+    parse_dtypes,
+    ratios,
+    same_verdict_components,
+    table_rows,
+    tally,
+    workload,
+)
 
 ESCONV = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder" / "esconv.json"
 
