@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree peak memory."""
+"""Helpers shared by the benchmarks: result files, tables, percentiles, process-tree memory and CPU time, the
+machine."""
 
 from __future__ import annotations
 
@@ -24,6 +25,30 @@ def write_result(name: str, figures: dict[str, Any]) -> Path:
     return out
 
 
+def machine_description() -> dict[str, Any]:
+    """What the CPU is and how busy the machine is: model name, the flags that decide CPU kernels (AVX-512, its
+    bfloat16 and VNNI extensions, AMX), memory, and the load averages now (Linux /proc; empty fields elsewhere)."""
+    model, flags = "", set[str]()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:"))
+    except (OSError, StopIteration):
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+    return {"cpu_model": model, "cpus": os.cpu_count(), "cpu_flags": {f: f in flags for f in wanted},
+            "mem_gib": round(mem_kb / (1 << 20), 1), "load_avg_1_5_15": list(os.getloadavg())}
+
+
 def print_table(title: str, rows: list[tuple[str, Any, str]]) -> None:
     """Rows of (figure, value, goal or note)."""
     print(f"\n{title}")
@@ -46,9 +71,8 @@ def tree_peak_rss_mb(pid: int) -> float:
     return tree_memory_mb(pid, "VmHWM")
 
 
-def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
-    """Sum of a /proc status memory ``field`` (VmRSS: resident now, VmHWM: peak) over a process and its
-    descendants (Linux /proc)."""
+def tree_pids(pid: int) -> list[int]:
+    """A process and its descendants, alive now (Linux /proc; the process first)."""
     def children(p: int) -> list[int]:
         try:
             out = []
@@ -59,22 +83,42 @@ def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
         except OSError:
             return []
 
-    total_kb = 0
+    found: list[int] = []
     stack = [pid]
-    seen = set()
     while stack:
         p = stack.pop()
-        if p in seen:
+        if p in found:
             continue
-        seen.add(p)
+        found.append(p)
+        stack += children(p)
+    return found
+
+
+def tree_memory_mb(pid: int, field: str = "VmRSS") -> float:
+    """Sum of a /proc status memory ``field`` (VmRSS: resident now, VmHWM: peak) over a process and its
+    descendants (Linux /proc)."""
+    total_kb = 0
+    for p in tree_pids(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith(f"{field}:"):
                     total_kb += int(line.split()[1])
         except OSError:
             continue
-        stack += children(p)
     return total_kb / 1024
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process and its live descendants have used so far (Linux /proc). The
+    difference over a phase is the work the phase cost, whatever else shares the cores (wall time is not)."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def http_ready(url: str) -> bool:
