@@ -59,20 +59,7 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   return $rc
 }
 
-to_bf16() {  # $1: a trained adapter folder -> $1-bf16 (the LoRA weights train in float32; shipped in bfloat16)
-  [ -d "$1-bf16" ] && return 0
-  python3 - "$1" <<'PY'
-import shutil, sys, torch
-from safetensors.torch import load_file, save_file
-src = sys.argv[1]
-dst = src + "-bf16"
-shutil.copytree(src, dst + ".tmp", ignore=shutil.ignore_patterns("checkpoint-*"))
-w = load_file(src + "/adapter_model.safetensors")
-save_file({k: v.to(torch.bfloat16).contiguous() for k, v in w.items()}, dst + ".tmp/adapter_model.safetensors",
-          metadata={"format": "pt"})
-shutil.move(dst + ".tmp", dst)
-PY
-}
+to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
 
 collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, metrics, the unified adapter in parts
   cp $R/pipeline.log "$OUT"/ 2>/dev/null
