@@ -220,7 +220,7 @@ async def test_get_reward_never_invents_a_reward() -> None:
 
 
 async def test_get_reward_limits(svc: Service) -> None:
-    for body, field in [({"query": []}, "query"), ({"query": ["a"] * 257}, "query"), ({"prompts": []}, "query"),
+    for body, field in [({"query": ["a"] * 257}, "query"), ({"prompts": []}, "query"),
                         ({"query": ["a"], "prompts": ["a", "b"]}, "prompts"), ({"query": [3]}, "query[0]")]:
         r = await svc.http.post("/get_reward", json=body)
         assert r.status_code == 422 and r.json()["error"]["field"] == field, (body, r.text)
