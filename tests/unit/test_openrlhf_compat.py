@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
+import logging
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import uvicorn
 
+from cer.modes import JudgeMode
 from reward_server.auth import Guard
 from reward_server.config import GetRewardSettings, SecuritySettings
 from reward_server.core import RewardCore
@@ -133,3 +139,53 @@ async def test_a_client_that_hangs_up_has_its_judging_cancelled(monkeypatch: pyt
         assert svc.core.metrics.failures.labels("client_disconnected")._value.get() == 5
         assert svc.engine.queue_depth() == 0  # nothing is still judging for the abandoned calls
         assert len(svc.engine.cancelled) >= 5
+
+
+# ---- the shipped reward function: --reward.remote_url /path/to/reward_server/openrlhf.py ----------------------------
+REWARD_FUNC = str(Path(__file__).resolve().parents[2] / "reward_server" / "openrlhf.py")
+
+
+async def test_the_shipped_reward_func_sends_the_token_openrlhf_cannot(monkeypatch: pytest.MonkeyPatch,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    reward_func = openrlhf.load_reward_func(REWARD_FUNC)  # as OpenRLHF loads it
+    fetch = functools.partial(openrlhf.reward_via_func, reward_func)
+    async with openrlhf_target(guard=True) as (url, _):
+        monkeypatch.setenv("COMPEER_REWARD_URL", url.removesuffix("/get_reward"))
+        monkeypatch.setenv("COMPEER_REWARD_TOKEN", TOKEN)
+        out = await openrlhf.reward_of_one_sample(fetch, QUERY, PROMPT, LABEL)
+        assert out == {"reward": [5.0], "scores": [1.0], "extra_logs": {"compeer_scored": [1.0]}}
+        monkeypatch.delenv("COMPEER_REWARD_TOKEN")
+        with caplog.at_level(logging.ERROR, logger="compeer.openrlhf"):
+            assert (await openrlhf.reward_of_one_sample(fetch, QUERY, PROMPT, LABEL))["reward"] is None
+        assert "HTTP 401 UNAUTHENTICATED" in caplog.text and GOOD not in caplog.text  # said at ERROR, no dialogue
+
+
+async def test_the_shipped_reward_func_names_the_service_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    reward_func = openrlhf.load_reward_func(REWARD_FUNC)
+    async for s in make_service(judge_with(broken_reply=True), max_retries=0, logprobs=verdict_logprobs(1.0),
+                                server={"get_reward": GetRewardSettings(mode=JudgeMode.REPLY)}):
+        async with serve_http(s.core) as base:
+            monkeypatch.setenv("COMPEER_REWARD_URL", base)
+            with pytest.raises(Exception, match=r"HTTP 502 UNSCORED \(field query\[0\]\).*parse_failed") as e:
+                await asyncio.to_thread(reward_func, [QUERY], [PROMPT], [None])
+            assert type(e.value).__name__ == "CompeerRewardError"
+            with pytest.raises(Exception, match=r"HTTP 422 INVALID_ARGUMENT \(field query\[0\]\)"):
+                await asyncio.to_thread(reward_func, ["no chat"], [None], [None])
+            assert await asyncio.to_thread(reward_func, [], [], []) == {  # an empty shard
+                "rewards": [], "scores": [], "extra_logs": {"compeer_scored": []}, "statuses": [], "errors": {}}
+
+
+async def test_the_shipped_reward_func_needs_only_the_standard_library() -> None:
+    # OpenRLHF's workers load the file by path; here in a Python without site-packages (no compeer, no aiohttp)
+    async with openrlhf_target(guard=True) as (url, _):
+        code = ("import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('reward_func', "
+                "sys.argv[1]); m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+                "assert 'reward_server' not in sys.modules and 'aiohttp' not in sys.modules; "
+                "print(json.dumps(m.reward_func([sys.argv[2]], [sys.argv[3]], [sys.argv[4]])))")
+        env = {"COMPEER_REWARD_URL": url.removesuffix("/get_reward"), "COMPEER_REWARD_TOKEN": TOKEN}
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-I", "-S", "-c", code, REWARD_FUNC, QUERY,
+                                                    PROMPT, LABEL, env=env, cwd="/", stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out)["rewards"] == [5.0]
