@@ -107,8 +107,8 @@ def _describe(url: str, status: int, raw: bytes) -> tuple[str, str | None]:
     return f"{url} answered HTTP {status}{' ' + code if code else ''}{where}: {msg}", code
 
 
-def _attempt(url: str, data: bytes, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+def _attempt(url: str, data: bytes | None, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             out: dict[str, Any] = json.loads(resp.read())
@@ -136,10 +136,11 @@ def _next_wait(retry: _Retry, tries: int, left_s: float, deadline_s: float) -> f
     return wait
 
 
-def post(remote: Remote, path: str, body: dict[str, Any], *, sleep: Callable[[float], None] = time.sleep,
+def post(remote: Remote, path: str, body: dict[str, Any] | None, *, sleep: Callable[[float], None] = time.sleep,
          clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """POST ``body`` to ``remote.url + path``, retrying as the module says; the decoded JSON answer."""
-    url, data, end = remote.url + path, json.dumps(body).encode("utf-8"), clock() + remote.deadline_s
+    """POST ``body`` to ``remote.url + path`` (None: GET it), retrying as the module says; the decoded JSON answer."""
+    url, end = remote.url + path, clock() + remote.deadline_s
+    data = None if body is None else json.dumps(body).encode("utf-8")
     tries = 0
     while True:
         tries += 1
