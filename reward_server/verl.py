@@ -65,8 +65,10 @@ KEYS = ("score", "status", "scored", "discrete_total", "graded_total", "step_rew
 
 def history_from_extra_info(extra_info: dict[str, Any] | None) -> list[dict[str, str]]:
     """The conversation before the response, as the service's turns; ValueError when absent or malformed."""
-    raw = (extra_info or {}).get("history")
-    if not isinstance(raw, list) or not raw:
+    raw: Any = (extra_info or {}).get("history")
+    if hasattr(raw, "tolist"):  # a numpy array: how a list column comes back from parquet through pandas
+        raw = raw.tolist()
+    if not isinstance(raw, (list, tuple)) or not raw:
         raise ValueError('extra_info["history"] must be the conversation before the response: a non-empty list of '
                          '{"role": "seeker"|"supporter", "text": ...} or {"role": "user"|"assistant", "content": ...}')
     turns = []

@@ -137,3 +137,11 @@ async def test_verl_py_needs_only_the_standard_library() -> None:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, err.decode()
         assert json.loads(out)["score"] == pytest.approx(GRADED)
+
+
+def test_history_as_a_numpy_array_as_pandas_reads_a_parquet_list_column() -> None:
+    import numpy as np
+
+    turns = verl.history_from_extra_info({"history": np.array(HISTORY, dtype=object)})
+    assert turns == verl.history_from_extra_info({"history": HISTORY})
+    assert [t["role"] for t in turns] == ["seeker", "supporter", "seeker"]
