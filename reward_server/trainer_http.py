@@ -10,7 +10,8 @@ leaves time. Every other answer fails at once with :class:`CompeerRewardError`, 
 status and the service's error code, field and message (``{"error": {...}}``), never the request's text or the token.
 
 Settings, by keyword argument or environment (keyword first): ``url`` / ``COMPEER_REWARD_URL`` (default
-``http://127.0.0.1:8000``), ``token`` / ``COMPEER_REWARD_TOKEN`` or ``token_file`` / ``COMPEER_REWARD_TOKEN_FILE``
+``http://127.0.0.1:8000``; several replicas comma-separated: calls start at the next one in turn, and each retry goes
+to the next), ``token`` / ``COMPEER_REWARD_TOKEN`` or ``token_file`` / ``COMPEER_REWARD_TOKEN_FILE``
 (a file holding the token, re-read at each call so a rotation needs no restart), ``timeout_s`` /
 ``COMPEER_REWARD_TIMEOUT_S`` (the deadline of one call, retries included).
 """
@@ -18,12 +19,13 @@ Settings, by keyword argument or environment (keyword first): ``url`` / ``COMPEE
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
@@ -33,6 +35,8 @@ from typing import Any
 RETRY_STATUSES = frozenset({429, 503})
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 DEFAULT_URL = "http://127.0.0.1:8000"
+#: where the next call starts among several replicas (round robin, process-wide)
+_TURN = itertools.count()
 
 
 class CompeerRewardError(RuntimeError):
@@ -66,8 +70,15 @@ class Remote:
         deadline = float(setting(kwargs, "timeout_s", default_deadline_s))
         if not deadline > 0:
             raise ValueError(f"timeout_s {deadline}: expected a positive number of seconds")
-        return cls(url=str(setting(kwargs, "url", DEFAULT_URL)).rstrip("/"), deadline_s=deadline,
+        urls = ",".join(u.strip().rstrip("/") for u in str(setting(kwargs, "url", DEFAULT_URL)).split(",") if u.strip())
+        return cls(url=urls or DEFAULT_URL, deadline_s=deadline,
                    token=setting(kwargs, "token"), token_file=setting(kwargs, "token_file"))
+
+    def urls(self, path: str) -> Iterator[str]:
+        """The replicas' URLs for ``path``, endlessly, starting at the next one in turn (round robin over calls)."""
+        bases = self.url.split(",")
+        start = next(_TURN)
+        return (bases[(start + i) % len(bases)] + path for i in itertools.count())
 
     def headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -139,13 +150,13 @@ def _next_wait(retry: _Retry, tries: int, left_s: float, deadline_s: float) -> f
 def post(remote: Remote, path: str, body: dict[str, Any] | None, *, sleep: Callable[[float], None] = time.sleep,
          clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """POST ``body`` to ``remote.url + path`` (None: GET it), retrying as the module says; the decoded JSON answer."""
-    url, end = remote.url + path, clock() + remote.deadline_s
+    urls, end = remote.urls(path), clock() + remote.deadline_s
     data = None if body is None else json.dumps(body).encode("utf-8")
     tries = 0
     while True:
         tries += 1
         try:
-            return _attempt(url, data, remote.headers(), max(0.001, end - clock()))
+            return _attempt(next(urls), data, remote.headers(), max(0.001, end - clock()))
         except _Retry as retry:
             sleep(_next_wait(retry, tries, end - clock(), remote.deadline_s))
 
@@ -153,11 +164,11 @@ def post(remote: Remote, path: str, body: dict[str, Any] | None, *, sleep: Calla
 async def post_async(remote: Remote, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """:func:`post` for an event loop: each try in a worker thread, the waits on the loop."""
     loop = asyncio.get_running_loop()
-    url, data, end = remote.url + path, json.dumps(body).encode("utf-8"), loop.time() + remote.deadline_s
+    urls, data, end = remote.urls(path), json.dumps(body).encode("utf-8"), loop.time() + remote.deadline_s
     tries = 0
     while True:
         tries += 1
         try:
-            return await asyncio.to_thread(_attempt, url, data, remote.headers(), max(0.001, end - loop.time()))
+            return await asyncio.to_thread(_attempt, next(urls), data, remote.headers(), max(0.001, end - loop.time()))
         except _Retry as retry:
             await asyncio.sleep(_next_wait(retry, tries, end - loop.time(), remote.deadline_s))

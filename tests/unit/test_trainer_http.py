@@ -118,3 +118,16 @@ def test_settings_from_keywords_then_environment(monkeypatch: pytest.MonkeyPatch
         r.headers()
     with pytest.raises(ValueError, match="timeout_s"):
         Remote.from_settings({"timeout_s": 0}, 170)
+
+
+def test_several_replicas_take_calls_in_turn_and_a_retry_goes_to_the_next(scripted: Any) -> None:
+    a, b = scripted(OK), scripted(OK)
+    remote = Remote.from_settings({"url": f"{a.url}, {b.url}/"}, 30)
+    for _ in range(4):
+        assert trainer_http.post(remote, "/get_reward", {"query": []}) == {"rewards": [1.0]}
+    assert len(a.requests) == len(b.requests) == 2
+    shedding, ok = scripted((429, {"Retry-After": "0"}, SHED[2])), scripted(OK)
+    remote = Remote.from_settings({"url": f"{shedding.url},{ok.url}"}, 30)
+    for _ in range(2):  # whichever replica a call starts at, it is answered
+        assert trainer_http.post(remote, "/x", {}, sleep=lambda _: None) == {"rewards": [1.0]}
+    assert len(shedding.requests) == 1 and len(ok.requests) == 2
