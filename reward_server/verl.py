@@ -37,6 +37,7 @@ exception into reward 0.0 with only a log line: set ``failure_reward`` there so 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 try:
@@ -187,9 +188,11 @@ async def compute_score_async(data_source: Any, solution_str: str, ground_truth:
 
 
 def _max_groups(remote: Any) -> int:
-    """The server's ``limits.max_groups`` (``GET /v1/info``; 256, the default, when it cannot be read)."""
+    """The server's ``limits.max_groups`` (``GET /v1/info``, within 10 s; 256, the default, when it cannot be read:
+    the batch call itself then says what is wrong)."""
     try:
-        return max(1, int(_http.post(remote, "/v1/info", None)["limits"]["max_groups"]))
+        quick = dataclasses.replace(remote, deadline_s=min(10.0, remote.deadline_s))
+        return max(1, int(_http.post(quick, "/v1/info", None)["limits"]["max_groups"]))
     except (CompeerRewardError, KeyError, TypeError, ValueError):
         return 256
 
