@@ -19,7 +19,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -188,6 +188,22 @@ class CompeerReward:
             log.warning("reward call failed: %d of %d completions unscored this step (%d failed calls so far)",
                         n - stats.scored, n, self.total_call_failures)
         return rewards
+
+    def as_reward_func(self) -> Callable[..., Awaitable[list[float | None]]]:
+        """This reward as a plain ``async def`` function named ``compeer``, the form every TRL version runs as async.
+
+        TRL before ``is_async_callable`` (trl PR #7213; in the wheels from 1.14.0 on, while 1.0.0 to 1.13.0
+        test ``inspect.iscoroutinefunction(reward_func)``) reads an instance with an async ``__call__`` as sync,
+        calls it on the training thread and fails on the coroutine it gets back (``TypeError: 'coroutine' object is
+        not iterable``); a coroutine function is async to both tests. Pass this to ``GRPOTrainer(reward_funcs=...)``.
+        """
+
+        async def compeer(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
+                          **kwargs: Any) -> list[float | None]:
+            return await self(prompts, completions, completion_ids, **kwargs)
+
+        compeer.__doc__ = self.__call__.__doc__
+        return compeer
 
     # ---- helpers ------------------------------------------------------------------------------------------------
     def _lengths(self, texts: list[str], completion_ids: list[list[int]] | None) -> list[float]:

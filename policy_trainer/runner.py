@@ -158,7 +158,8 @@ def run(cfg: CompeerGRPOConfig, out_dir: Path, *, resume: bool = False,
     dataset = load_prompt_set(cfg.prompt_set, cfg.max_prompts)
     policy, peft = _prepare_warmup(cfg, model, tokenizer, out_dir, lora_config(cfg))
     reward = CompeerReward(RewardSettings.from_config(cfg), client_factory or default_client_factory(cfg))
-    reward_funcs: list[Any] = [reward]  # async callable: TRL's annotation lists only sync ones
+    # a coroutine function, which every TRL version runs as async (an instance is async only to TRL >= 1.14)
+    reward_funcs: list[Any] = [reward.as_reward_func()]
     trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=cfg, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=peft,
                           callbacks=[SkipNonFiniteGradients(cfg.max_nonfinite_grad_steps),  # before the report

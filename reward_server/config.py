@@ -35,6 +35,9 @@ class GetRewardSettings:
                                help="which total a /get_reward query gets: graded (the judge's expected reward, as "
                                     "compeer's GRPO uses; needs an engine with logprobs and --verdict-probs) or "
                                     "discrete (the paper's +1/-1 verdicts)")
+    timeout_s: float = setting(170.0, help="deadline of one /get_reward call in seconds (504 past it, its judging "
+                                           "cancelled): below OpenRLHF's 180 s client timeout, so the client reads "
+                                           "the server's answer rather than timing out while the judge keeps working")
 
 
 @dataclass
@@ -160,6 +163,9 @@ class ServerConfig:
             raise ValueError(f"max_queries {L.max_queries}: expected >= 1")
         if self.get_reward.failure_reward is not None and not math.isfinite(self.get_reward.failure_reward):
             raise ValueError("get_reward failure_reward must be a finite number (or unset)")
+        if not 0 < self.get_reward.timeout_s <= 3600:
+            raise ValueError(f"get_reward timeout_s {self.get_reward.timeout_s}: expected 0 < seconds <= 3600 (keep it "
+                             "below the trainer's client timeout, 180 s for OpenRLHF)")
         if self.judge_timeout_s <= 0 or self.default_timeout_s <= 0:
             raise ValueError("judge_timeout_s and default_timeout_s must be > 0 seconds")
         if self.log_level.upper() not in LOG_LEVELS:

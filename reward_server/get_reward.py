@@ -19,6 +19,9 @@ server that serves graded rewards (``meta.graded``): otherwise every call fails 
 the setting, rather than silently returning discrete totals. A query whose graded total is missing (the judge's
 verdict probabilities were not obtained) is an unscored query, like a parse failure.
 
+A call with no query (``{"query": []}``: the empty shard OpenRLHF 0.9.1-0.11.0 sends its other URLs) is answered with
+empty lists. A call is judged within ``--get-reward-timeout-s`` (below OpenRLHF's 180 s client timeout; 504 past it).
+
 A query that cannot be scored never gets a made-up number. Unless ``--get-reward-failure-reward`` is set, the call
 fails: 422 ``INVALID_ARGUMENT`` naming ``query[i]`` when a query cannot be mapped or breaks a limit, 502 ``UNSCORED``
 when the judge did not score one (parse failure, timeout, engine error). With it set, such a query gets that reward
@@ -132,9 +135,11 @@ async def get_reward(core: RewardCore, data: Any, timeout_s: float | None = None
                               "query")
     queries: list[Any] = data["query"]
     n = len(queries)
-    if n == 0 or n > limits.max_queries:
-        raise InvalidArgument(f"{n} queries: expected 1..{limits.max_queries} per call (--max-queries)", "query")
+    if n > limits.max_queries:
+        raise InvalidArgument(f"{n} queries: expected 0..{limits.max_queries} per call (--max-queries)", "query")
     prompts, labels = _column(data, "prompts", n), _column(data, "labels", n)
+    if n == 0:  # OpenRLHF 0.9.1-0.11.0 sends every URL but the first an empty shard of a one-query call
+        return {"rewards": [], "scores": [], "extra_logs": {"compeer_scored": []}, "statuses": [], "errors": {}}
     failure = settings.failure_reward
     statuses: list[str] = [Status.INVALID_INPUT.value] * n
     errors: dict[int, str] = {}
@@ -161,7 +166,7 @@ async def get_reward(core: RewardCore, data: Any, timeout_s: float | None = None
     rewards_out: list[float | None] = [None] * n
     totals = list(groups.values())
     work = asyncio.gather(*(core.score_validated(req, settings.mode) for req, _ in totals))
-    responses = await core.bounded(work, core.timeout_for(0, timeout_s), "query")
+    responses = await core.bounded(work, min(core.timeout_for(0, timeout_s), settings.timeout_s), "query")
     for (_, idx), resp in zip(totals, responses):
         for i, r in zip(idx, resp.results):
             statuses[i] = r.status.value

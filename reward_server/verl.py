@@ -1,12 +1,15 @@
-"""A veRL custom reward function that asks a running compeer reward service (``POST /v1/score``).
+"""veRL custom reward functions that ask a running compeer reward service (``POST /v1/score``).
 
-Point veRL at this file, unchanged::
+Point veRL (>= 0.9: only ``reward.custom_reward_function.*`` is read) at this file, unchanged::
 
-    custom_reward_function.path=/path/to/reward_server/verl.py custom_reward_function.name=compute_score
+    reward.custom_reward_function.path=/path/to/reward_server/verl.py \\
+    reward.custom_reward_function.name=compute_score_async \\
+    +reward.custom_reward_function.reward_kwargs.url=http://reward:8000
 
-The file imports nothing but the standard library, so veRL can load it by path into workers where compeer is not
-installed. veRL calls ``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)`` per
-response (its ``naive`` reward manager; ``extra_info`` is the dataset row's ``extra_info`` column):
+The file imports nothing but the standard library (and ``trainer_http.py`` beside it), so veRL can load it by path
+into workers where compeer is not installed. veRL's reward managers (``naive``, ``rate_limited``, ...) call
+``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)`` per response, awaiting it
+when it is a coroutine function (:func:`compute_score_async`) and running it in a thread otherwise:
 
 * ``solution_str``: the policy's decoded response, the candidate (CER output).
 * ``ground_truth`` (the row's ``reward_model.ground_truth``): the reference reply, or empty/None for none (then use a
@@ -14,39 +17,59 @@ response (its ``naive`` reward manager; ``extra_info`` is the dataset row's ``ex
 * ``extra_info["history"]``: the conversation before the response, as ``[{"role": "seeker"|"supporter", "text": ...}]``
   or as chat messages ``[{"role": "user"|"assistant"|"system", "content": ...}]`` (system messages are skipped).
 
-Settings, from keyword arguments (veRL's ``custom_reward_function.reward_kwargs``) or the environment:
-``url`` / ``COMPEER_REWARD_URL`` (default ``http://127.0.0.1:8000``), ``mode`` / ``COMPEER_REWARD_MODE`` (default: the
-server's), ``timeout_s`` / ``COMPEER_REWARD_TIMEOUT_S`` (default 300), ``failure_reward`` /
-``COMPEER_REWARD_FAILURE_REWARD`` (default unset).
+Settings, from keyword arguments (``reward_kwargs``) or the environment (``COMPEER_REWARD_<NAME>``): ``url``,
+``token`` / ``token_file``, ``timeout_s`` (one response's deadline, retries included; default 240 s, below the
+``rate_limited`` manager's 300 s ``reward.timeout``), ``mode`` (default: the server's), ``reward_kind`` (``graded``,
+the default: the judge's expected reward, as compeer's own GRPO trains on; or ``discrete``, the paper's ±1 total),
+``failure_reward`` (default unset). Calls that the service sheds (429), a service not ready (503) and connection
+failures are retried within the deadline, waiting the ``Retry-After`` it sends (``trainer_http.py``).
 
-For veRL's ``batch`` reward manager, name ``compute_score_batch`` instead: it takes the same items as lists
-(``data_sources``, ``solution_strs``, ``ground_truths``, ``extra_infos``) and scores them in one
-``POST /v1/score:batch`` call.
-
-It returns the judged total reward. A response the service did not score (status other than ``ok``) or a call that
-failed raises :class:`CompeerRewardError`, which stops veRL's step, unless a failure reward is set: then that value
-is returned instead. Nothing is made up silently.
+Each function returns a dict, so veRL logs every key beside the reward: ``score`` (the reward), ``status`` (the
+service's status of the response: ``ok``, ``parse_failed``, ``timeout``, ...; ``invalid_input`` for a row without a
+history or a group the service refused with 422; ``call_failed`` when the service could not be asked or refused the
+call otherwise: 401, 429 or 503 past the deadline, ...), ``scored`` (1.0 when judged, else 0.0), ``discrete_total``,
+``graded_total`` and the ``reward_kind`` components ``step_reward`` (the three steps' sum), ``preference_reward``,
+``format_reward``, ``reply_reward`` (None where absent). A response that was not scored raises
+:class:`CompeerRewardError` naming the status, unless ``failure_reward`` is set: then ``score`` is that value,
+``scored`` 0.0 and ``status`` says why; nothing is made up silently. (veRL's ``rate_limited`` manager turns any
+exception into reward 0.0 with only a log line: set ``failure_reward`` there so the failures are counted.)
 """
 
 from __future__ import annotations
 
-import json
-import os
-import urllib.error
-import urllib.request
+import dataclasses
 from typing import Any
 
+try:
+    from reward_server import trainer_http as _http
+except ImportError:  # loaded by path where compeer is not installed: the module beside this file
+    import importlib.util as _util
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    if "_compeer_trainer_http" not in _sys.modules:
+        _spec = _util.spec_from_file_location("_compeer_trainer_http", _Path(__file__).with_name("trainer_http.py"))
+        assert _spec is not None and _spec.loader is not None, "trainer_http.py must be beside this file"
+        _sys.modules[_spec.name] = _util.module_from_spec(_spec)
+        _spec.loader.exec_module(_sys.modules[_spec.name])
+    _http = _sys.modules["_compeer_trainer_http"]
+
 _ROLES = {"seeker": "seeker", "supporter": "supporter", "user": "seeker", "assistant": "supporter"}
-
-
-class CompeerRewardError(RuntimeError):
-    """The service did not score the response (or could not be asked); the message says why."""
+CompeerRewardError = _http.CompeerRewardError
+#: one response's deadline, retries included: below the rate_limited manager's default reward.timeout (300 s)
+DEFAULT_DEADLINE_S = 240.0
+REWARD_KINDS = ("graded", "discrete")
+#: the keys of every returned dict (veRL needs the same keys for every response of a batch)
+KEYS = ("score", "status", "scored", "discrete_total", "graded_total", "step_reward", "preference_reward",
+        "format_reward", "reply_reward")
 
 
 def history_from_extra_info(extra_info: dict[str, Any] | None) -> list[dict[str, str]]:
     """The conversation before the response, as the service's turns; ValueError when absent or malformed."""
-    raw = (extra_info or {}).get("history")
-    if not isinstance(raw, list) or not raw:
+    raw: Any = (extra_info or {}).get("history")
+    if hasattr(raw, "tolist"):  # a numpy array: how a list column comes back from parquet through pandas
+        raw = raw.tolist()
+    if not isinstance(raw, (list, tuple)) or not raw:
         raise ValueError('extra_info["history"] must be the conversation before the response: a non-empty list of '
                          '{"role": "seeker"|"supporter", "text": ...} or {"role": "user"|"assistant", "content": ...}')
     turns = []
@@ -61,25 +84,6 @@ def history_from_extra_info(extra_info: dict[str, Any] | None) -> list[dict[str,
     return turns
 
 
-def _setting(kwargs: dict[str, Any], name: str, default: Any = None) -> Any:
-    if kwargs.get(name) is not None:
-        return kwargs[name]
-    return os.environ.get(f"COMPEER_REWARD_{name.upper()}", default)
-
-
-def _post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            out: dict[str, Any] = json.loads(resp.read())
-            return out
-    except urllib.error.HTTPError as exc:
-        raise CompeerRewardError(f"{url} answered {exc.code}: {exc.read().decode('utf-8', 'replace')[:500]}") from exc
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise CompeerRewardError(f"{url} could not be reached: {exc}") from exc
-
-
 def _group(solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None, mode: Any) -> dict[str, Any]:
     """The ``/v1/score`` group of one response (ValueError when its history is missing)."""
     body: dict[str, Any] = {
@@ -91,58 +95,137 @@ def _group(solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | No
     return body
 
 
-def _total(result: dict[str, Any]) -> float:
-    if result.get("status") != "ok" or result["rewards"]["total"] is None:
+class NotScored(CompeerRewardError):
+    """The service answered, but did not score the response; ``result_status`` is its status."""
+
+    def __init__(self, message: str, result_status: str) -> None:
+        super().__init__(message)
+        self.result_status = result_status
+
+
+class ServerMismatch(CompeerRewardError):
+    """The service cannot serve what the settings ask (``reward_kind`` graded from a server without graded rewards):
+    raised even with ``failure_reward`` set, since no response of the run could be scored."""
+
+
+class _Settings:
+    """The keyword arguments and environment of one call, read once."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self.remote = _http.Remote.from_settings(kwargs, DEFAULT_DEADLINE_S)
+        self.mode = _http.setting(kwargs, "mode")
+        self.kind = str(_http.setting(kwargs, "reward_kind", "graded"))
+        if self.kind not in REWARD_KINDS:
+            raise ValueError(f"reward_kind {self.kind!r}: expected one of {', '.join(REWARD_KINDS)}")
+        failure = _http.setting(kwargs, "failure_reward")
+        self.failure = None if failure is None else float(failure)
+
+
+def _scored(result: dict[str, Any], meta: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The returned dict of one result; CompeerRewardError (with ``status``) when it was not scored."""
+    status = result.get("status")
+    if status != "ok":
         why = (result.get("error") or {}).get("message", "")
-        raise CompeerRewardError(f"not scored: status {result.get('status')}{': ' + why if why else ''}")
-    return float(result["rewards"]["total"])
+        raise NotScored(f"not scored: status {status}{': ' + why if why else ''}", str(status))
+    graded = result.get("graded_rewards")
+    if kind == "graded" and graded is None and not meta.get("graded", False):
+        raise ServerMismatch("reward_kind graded: this server serves no graded rewards (meta.graded false: its engine "
+                         "returns no logprobs, or it runs with --no-verdict-probs); set reward_kind=discrete or serve "
+                         "a judge with logprobs")
+    chosen = graded if kind == "graded" else result["rewards"]
+    if chosen is None or chosen.get("total") is None:
+        raise NotScored(f"not scored: no {kind} total (the judge's verdict probabilities were not obtained)",
+                        "no_total")
+    steps = [s for s in chosen.get("steps") or [] if s is not None]
+    return {"score": float(chosen["total"]), "status": "ok", "scored": 1.0,
+            "discrete_total": result["rewards"].get("total"), "graded_total": None if graded is None else
+            graded.get("total"), "step_reward": float(sum(steps)) if steps else None,
+            "preference_reward": chosen.get("preference"), "format_reward": chosen.get("format"),
+            "reply_reward": chosen.get("reply")}
 
 
-def _url(kwargs: dict[str, Any], path: str) -> str:
-    return str(_setting(kwargs, "url", "http://127.0.0.1:8000")).rstrip("/") + path
+def _failed(settings: _Settings, exc: Exception, what: str) -> dict[str, Any]:
+    """The dict of a response that was not scored (``failure_reward`` set), else raise naming ``what``."""
+    if isinstance(exc, ServerMismatch):
+        raise exc
+    if isinstance(exc, NotScored):
+        status = exc.result_status
+    elif isinstance(exc, ValueError) or getattr(exc, "code", None) == "INVALID_ARGUMENT":
+        status = "invalid_input"  # the row (history) or the group the service refused (422)
+    else:
+        status = "call_failed"
+    if settings.failure is None:
+        raise CompeerRewardError(f"compeer reward of {what}: {exc}", getattr(exc, "status", None),
+                                 getattr(exc, "code", None)) from exc
+    return {**dict.fromkeys(KEYS), "score": settings.failure, "status": status, "scored": 0.0}
+
+
+def _one(answer: dict[str, Any], settings: _Settings) -> dict[str, Any]:
+    return _scored(answer["results"][0], answer.get("meta") or {}, settings.kind)
 
 
 def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None,
-                  **kwargs: Any) -> float:
-    """veRL's reward function (``naive`` reward manager): the compeer total reward of ``solution_str``."""
-    failure = _setting(kwargs, "failure_reward")
+                  **kwargs: Any) -> dict[str, Any]:
+    """veRL's reward function: the compeer reward of ``solution_str`` and its components (module docstring)."""
+    settings = _Settings(kwargs)
     try:
-        body = _group(solution_str, ground_truth, extra_info, _setting(kwargs, "mode"))
-        return _total(_post(_url(kwargs, "/v1/score"), body, float(_setting(kwargs, "timeout_s", 300)))["results"][0])
+        body = _group(solution_str, ground_truth, extra_info, settings.mode)
+        return _one(_http.post(settings.remote, "/v1/score", body), settings)
     except (CompeerRewardError, ValueError) as exc:
-        if failure is None:
-            raise CompeerRewardError(f"compeer reward for data_source {data_source!r}: {exc}") from exc
-        return float(failure)
+        return _failed(settings, exc, f"data_source {data_source!r}")
+
+
+async def compute_score_async(data_source: Any, solution_str: str, ground_truth: Any,
+                              extra_info: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """:func:`compute_score` as a coroutine function: veRL's reward loop awaits it on its event loop (each HTTP try
+    in a worker thread, the retry waits on the loop) instead of holding an executor thread per response."""
+    settings = _Settings(kwargs)
+    try:
+        body = _group(solution_str, ground_truth, extra_info, settings.mode)
+        return _one(await _http.post_async(settings.remote, "/v1/score", body), settings)
+    except (CompeerRewardError, ValueError) as exc:
+        return _failed(settings, exc, f"data_source {data_source!r}")
+
+
+def _max_groups(remote: Any) -> int:
+    """The server's ``limits.max_groups`` (``GET /v1/info``, within 10 s; 256, the default, when it cannot be read:
+    the batch call itself then says what is wrong)."""
+    try:
+        quick = dataclasses.replace(remote, deadline_s=min(10.0, remote.deadline_s))
+        return max(1, int(_http.post(quick, "/v1/info", None)["limits"]["max_groups"]))
+    except (CompeerRewardError, KeyError, TypeError, ValueError):
+        return 256
 
 
 def compute_score_batch(data_sources: list[Any], solution_strs: list[str], ground_truths: list[Any],
-                        extra_infos: list[dict[str, Any] | None], **kwargs: Any) -> list[float]:
-    """veRL's ``batch`` reward manager form: every response of the batch in one ``POST /v1/score:batch`` call (each
-    its own group), the same rules per response as :func:`compute_score`."""
-    failure = _setting(kwargs, "failure_reward")
-    mode = _setting(kwargs, "mode")
-    bodies: list[dict[str, Any] | None] = []
-    errors: dict[int, str] = {}
+                        extra_infos: list[dict[str, Any] | None], **kwargs: Any) -> list[dict[str, Any]]:
+    """Legacy: veRL's ``batch`` reward manager form (``verl/workers/reward_manager/batch.py``, which veRL's trainer
+    reaches only up to veRL 0.7; 0.9's reward loop calls per-response functions). Every response its own group,
+    sent in ``POST /v1/score:batch`` calls of at most the server's ``max_groups``; the same rules and dicts per
+    response as :func:`compute_score` (with ``failure_reward`` set, a call that fails as a whole gives each of its
+    responses the failure dict)."""
+    settings = _Settings(kwargs)
+    out: list[dict[str, Any] | None] = [None] * len(solution_strs)
+    pending: list[tuple[int, dict[str, Any]]] = []
     for i, (s, g, e) in enumerate(zip(solution_strs, ground_truths, extra_infos)):
         try:
-            bodies.append(_group(s, g, e, mode))
+            pending.append((i, _group(s, g, e, settings.mode)))
         except ValueError as exc:
-            bodies.append(None)
-            errors[i] = str(exc)
-    sent = [b for b in bodies if b is not None]
-    answers = iter(_post(_url(kwargs, "/v1/score:batch"), {"groups": sent},
-                         float(_setting(kwargs, "timeout_s", 300)))["groups"] if sent else [])
-    out: list[float] = []
-    for i, b in enumerate(bodies):
+            out[i] = _failed(settings, exc, f"item {i} (data_source {data_sources[i]!r})")
+    size = _max_groups(settings.remote) if pending else 1
+    for start in range(0, len(pending), size):
+        chunk = pending[start:start + size]
         try:
-            if b is None:
-                raise CompeerRewardError(errors[i])
-            a = next(answers)
-            if "error" in a:
-                raise CompeerRewardError(f"{a['error']['field']}: {a['error']['message']}")
-            out.append(_total(a["results"][0]))
+            answers = _http.post(settings.remote, "/v1/score:batch", {"groups": [b for _, b in chunk]})["groups"]
         except CompeerRewardError as exc:
-            if failure is None:
-                raise CompeerRewardError(f"compeer reward of item {i} (data_source {data_sources[i]!r}): {exc}") from exc
-            out.append(float(failure))
-    return out
+            for i, _ in chunk:
+                out[i] = _failed(settings, exc, f"items {chunk[0][0]}..{chunk[-1][0]}")
+            continue
+        for (i, _), a in zip(chunk, answers):
+            try:
+                if "error" in a:
+                    raise NotScored(f"{a['error']['field']}: {a['error']['message']}", "invalid_input")
+                out[i] = _one(a, settings)
+            except CompeerRewardError as exc:
+                out[i] = _failed(settings, exc, f"item {i} (data_source {data_sources[i]!r})")
+    return [o for o in out if o is not None]

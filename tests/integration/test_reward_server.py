@@ -226,9 +226,10 @@ async def test_dialogue_get_reward_and_verl_on_the_real_server(reward_server: Ru
         body = {"query": [prompt + EXAMPLE["candidates"][0] + "<|im_end|>"], "prompts": [prompt],
                 "labels": [EXAMPLE["reference"]]}
         out = (await http.post("/get_reward", json=body)).json()
-    # /get_reward answers the graded total (its default, as GRPO); veRL's function the discrete one
+    # /get_reward and veRL's function answer the graded total (their default, as GRPO); veRL's the discrete on request
     assert out["rewards"] == [cer_graded] and out["statuses"] == ["ok"] and out["extra_logs"]["compeer_scored"] == [1.0]
-    score = await asyncio.to_thread(verl.compute_score, data_source="esconv", solution_str=EXAMPLE["candidates"][0],
-                                    ground_truth=EXAMPLE["reference"], extra_info={"history": history},
-                                    url=reward_server.http_url)
-    assert score == cer_total
+    for kind, expected in (("graded", cer_graded), ("discrete", cer_total)):
+        score = await asyncio.to_thread(verl.compute_score, data_source="esconv",
+                                        solution_str=EXAMPLE["candidates"][0], ground_truth=EXAMPLE["reference"],
+                                        extra_info={"history": history}, url=reward_server.http_url, reward_kind=kind)
+        assert score["score"] == expected and score["discrete_total"] == cer_total

@@ -220,7 +220,7 @@ async def test_get_reward_never_invents_a_reward() -> None:
 
 
 async def test_get_reward_limits(svc: Service) -> None:
-    for body, field in [({"query": []}, "query"), ({"query": ["a"] * 257}, "query"), ({"prompts": []}, "query"),
+    for body, field in [({"query": ["a"] * 257}, "query"), ({"prompts": []}, "query"),
                         ({"query": ["a"], "prompts": ["a", "b"]}, "prompts"), ({"query": [3]}, "query[0]")]:
         r = await svc.http.post("/get_reward", json=body)
         assert r.status_code == 422 and r.json()["error"]["field"] == field, (body, r.text)
@@ -249,14 +249,15 @@ async def test_verl_compute_score_over_http(svc: Service) -> None:
         score = await asyncio.to_thread(verl.compute_score, data_source="esconv", solution_str=GOOD,
                                         ground_truth="That must be frustrating.",
                                         extra_info={"history": history, "num_turns": None}, url=url)
-        assert score == 5.0
+        assert score["score"] == 5.0 and score["status"] == "ok"
         plain = await asyncio.to_thread(verl.compute_score, "esconv", PLAIN, None, {"history": history},
                                         url=url, mode="reply")
-        assert plain == 1.0
+        assert plain["score"] == 1.0 and plain["reply_reward"] == 1.0
         with pytest.raises(verl.CompeerRewardError, match="reference"):  # unified needs the reference
             await asyncio.to_thread(verl.compute_score, "esconv", GOOD, "", {"history": history}, url=url)
-        assert await asyncio.to_thread(verl.compute_score, "esconv", GOOD, "", {"history": history}, url=url,
-                                       failure_reward=-5.0) == -5.0
+        failed = await asyncio.to_thread(verl.compute_score, "esconv", GOOD, "", {"history": history}, url=url,
+                                         failure_reward=-5.0)
+        assert failed["score"] == -5.0 and failed["scored"] == 0.0
         with pytest.raises(verl.CompeerRewardError, match="history"):
             await asyncio.to_thread(verl.compute_score, "esconv", GOOD, "ref", {}, url=url)
         # veRL's batch reward manager: lists, one /v1/score:batch call
@@ -265,7 +266,7 @@ async def test_verl_compute_score_over_http(svc: Service) -> None:
                                         ground_truths=["That must be frustrating.", None, ""],
                                         extra_infos=[{"history": history}, {"history": history}, {}],
                                         url=url, failure_reward=-9.0)
-        assert batch == [5.0, -9.0, -9.0]  # unified: the plain reply lacks its parts and the reference, the 3rd its history
+        assert [b["score"] for b in batch] == [5.0, -9.0, -9.0]  # unified: the plain reply lacks its parts and the reference, the 3rd its history
         with pytest.raises(verl.CompeerRewardError, match="item 1"):
             await asyncio.to_thread(verl.compute_score_batch, ["esconv"] * 2, [GOOD, GOOD],
                                     ["That must be frustrating.", ""], [{"history": history}] * 2, url=url)
