@@ -276,7 +276,9 @@ def test_an_arm_out_of_memory_beside_others_runs_again_alone_without_costing_a_t
     assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "b": "done", "c": "done", "d": "done"}
     assert state["restarts"] == {}
     assert sorted(calls[:2]) == ["b alongside c", "c alongside b"], calls
-    assert calls[2:] == ["c alongside ", "d alongside "], calls  # c again, alone; then d, alone
+    # c again, alone, and d alone (in either order: when b and c end within one poll of the driver, which of the
+    # requeued c and the waiting d starts first depends on the machine's load)
+    assert sorted(calls[2:]) == ["c alongside ", "d alongside "], calls
 
 
 def test_max_concurrent_arms_is_validated() -> None:
