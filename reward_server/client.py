@@ -2,14 +2,17 @@
 
 Round-robin over several server addresses; a call that fails with UNAVAILABLE, or that a replica sheds for load
 (RESOURCE_EXHAUSTED with a retry hint), is retried on the next address (bounded retries, jittered exponential
-backoff; a replica that shed is not tried again before its hint), always within the call's deadline. Every other
-status is raised as :class:`RewardCallError` at once (retrying INVALID_ARGUMENT would never help).
+backoff; a replica that shed is not tried again before its hint), always within the call's deadline. A ScoreBatch
+shed as a whole is not sent again whole: it is split in two halves, each sent on its own (to the next replicas), so
+a batch larger than any replica takes at once is still judged in parts. Every other status is raised as
+:class:`RewardCallError` at once (retrying INVALID_ARGUMENT would never help).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Self, TypeVar
@@ -34,6 +37,13 @@ def _batch_call(msg: pb.ScoreBatchRequest) -> Callable[[pb_grpc.RewardServiceStu
     return lambda stub, t: stub.ScoreBatch(msg, timeout=t)  # type: ignore[no-any-return]
 
 
+def _renumber(entry: GroupResponse | ErrorInfo, k: int, j: int) -> GroupResponse | ErrorInfo:
+    """A sub-batch's entry ``k`` as the caller's group ``j``: an error's field ``groups[k]...`` names ``groups[j]``."""
+    if isinstance(entry, ErrorInfo) and entry.field.startswith(f"groups[{k}]"):
+        return ErrorInfo(entry.code, re.sub(r"^groups\[\d+\]", f"groups[{j}]", entry.field), entry.message)
+    return entry
+
+
 def _retryable(entry: GroupResponse | ErrorInfo | None) -> bool:
     return isinstance(entry, ErrorInfo) and entry.code in _RETRY_GROUP
 
@@ -55,11 +65,13 @@ def _shed_hint(exc: grpc.aio.AioRpcError) -> float | None:
 class RewardCallError(RuntimeError):
     """A reward RPC failed; ``code`` is the gRPC status code, ``details`` the server's message."""
 
-    def __init__(self, code: grpc.StatusCode, details: str, address: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, address: str, retry_after_s: float | None = None) -> None:
         super().__init__(f"{code.name} from {address}: {details}")
         self.code = code
         self.details = details
         self.address = address
+        #: the server's retry hint when it shed the call for load (RESOURCE_EXHAUSTED), else None
+        self.retry_after_s = retry_after_s
 
 
 class RewardClient:
@@ -123,8 +135,10 @@ class RewardClient:
         return (await self._call_on(fn, timeout_s, deadline))[0]
 
     async def _call_on(self, fn: Callable[[pb_grpc.RewardServiceStub, float], Awaitable[T]],
-                       timeout_s: float | None, deadline: float | None = None) -> tuple[T, int]:
-        """``fn`` on one replica after another until it answers; the answer and the replica that gave it."""
+                       timeout_s: float | None, deadline: float | None = None,
+                       retry_shed: bool = True) -> tuple[T, int]:
+        """``fn`` on one replica after another until it answers; the answer and the replica that gave it.
+        ``retry_shed`` False: a call shed for load is raised at once (with its hint) instead of sent again."""
         deadline = deadline if deadline is not None else \
             time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         attempt = 0
@@ -140,9 +154,9 @@ class RewardClient:
                 hint = _shed_hint(exc)
                 if hint is not None:
                     self._cool_until[i] = time.monotonic() + hint
-                retryable = exc.code() == grpc.StatusCode.UNAVAILABLE or hint is not None
+                retryable = exc.code() == grpc.StatusCode.UNAVAILABLE or (hint is not None and retry_shed)
                 if not retryable or attempt >= self.max_retries or not await self._wait(attempt, deadline):
-                    raise RewardCallError(exc.code(), exc.details() or "", self.addresses[i]) from exc
+                    raise RewardCallError(exc.code(), exc.details() or "", self.addresses[i], hint) from exc
             attempt += 1
 
     async def score_group(self, request: GroupRequest, timeout_s: float | None = None) -> GroupResponse:
@@ -155,26 +169,44 @@ class RewardClient:
                           timeout_s: float | None = None) -> list[GroupResponse | ErrorInfo]:
         """Score many groups in one call; each entry is the group's response or its own error.
 
-        Groups a replica refused for load (RESOURCE_EXHAUSTED) or readiness (UNAVAILABLE) while others in the
-        batch were scored are sent again, to the next replica, within the same deadline; what is still refused
-        when the deadline or the retries run out is returned as that group's error.
+        A call shed as a whole (RESOURCE_EXHAUSTED with a retry hint: the replica admitted none of its groups) is
+        split in two halves, sent apart to the next replicas, and so on down to single groups. Groups a replica
+        refused for load or readiness (RESOURCE_EXHAUSTED / UNAVAILABLE entries) while others in the batch were
+        scored are sent again, to the next replica. All of it within the same deadline and at most ``max_retries``
+        retries on any group's path; what is still refused then is returned as that group's error. Raises
+        :class:`RewardCallError` when the first, whole call fails otherwise (e.g. INVALID_ARGUMENT).
         """
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         out: list[GroupResponse | ErrorInfo | None] = [None] * len(groups)
-        pending = list(range(len(groups)))
-        attempt = 0
-        while True:
+        await self._send_batch(groups, list(range(len(groups))), out, deadline, 0)
+        return [o if o is not None else ErrorInfo("DEADLINE_EXCEEDED", f"groups[{j}]", "no answer")
+                for j, o in enumerate(out)]
+
+    async def _send_batch(self, groups: Sequence[GroupRequest], idx: list[int],
+                          out: list[GroupResponse | ErrorInfo | None], deadline: float, attempt: int) -> None:
+        """Send ``groups[j] for j in idx`` as one ScoreBatch; put each answer at ``out[j]`` (see :meth:`score_batch`)."""
+        try:
             reply, i = await self._call_on(_batch_call(pb.ScoreBatchRequest(
-                groups=[convert.group_request_to_pb(groups[j]) for j in pending])), None, deadline)
-            for j, o in zip(pending, convert.batch_from_pb(reply)):
-                out[j] = o
-            pending = [j for j in pending if _retryable(out[j])]
-            if pending:  # that replica is full: the refused groups go to another one first
-                self._cool_until[i] = max(self._cool_until[i], time.monotonic() + self._backoff(attempt))
-            if not pending or attempt >= self.max_retries or not await self._wait(attempt, deadline):
-                break
-            attempt += 1
-        return [o for o in out if o is not None]
+                groups=[convert.group_request_to_pb(groups[j]) for j in idx])), None, deadline, retry_shed=False)
+        except RewardCallError as exc:
+            if attempt == 0 and exc.retry_after_s is None:
+                raise  # the caller's whole batch failed for another reason than load
+            if exc.retry_after_s is None or attempt >= self.max_retries or not await self._wait(attempt, deadline):
+                for j in idx:
+                    out[j] = ErrorInfo(exc.code.name, f"groups[{j}]", exc.details)
+                return
+            # shed as a whole: that replica cools down for its hint; the halves go to the next ones
+            half = (len(idx) + 1) // 2
+            await asyncio.gather(*(self._send_batch(groups, part, out, deadline, attempt + 1)
+                                   for part in (idx[:half], idx[half:]) if part))
+            return
+        for k, (j, o) in enumerate(zip(idx, convert.batch_from_pb(reply))):
+            out[j] = _renumber(o, k, j)
+        pending = [j for j in idx if _retryable(out[j])]
+        if pending:  # that replica is full: the refused groups go to another one first
+            self._cool_until[i] = max(self._cool_until[i], time.monotonic() + self._backoff(attempt))
+            if attempt < self.max_retries and await self._wait(attempt, deadline):
+                await self._send_batch(groups, pending, out, deadline, attempt + 1)
 
     async def score_dialogue(self, request: DialogueRequest, timeout_s: float | None = None) -> DialogueResponse:
         """Score every supporter turn of a dialogue; raises :class:`RewardCallError` on a dialogue-level error."""
