@@ -117,6 +117,11 @@ class ServerConfig:
     max_waiting_groups: int = setting(256, help="groups that may wait for a judge slot; past it a group is refused "
                                                 "at once (HTTP 429, gRPC RESOURCE_EXHAUSTED, with a retry hint); "
                                                 "-1: no bound (no load shedding)")
+    admission_window_s: float = setting(
+        0.0, help="work judged at once is bounded by what the engine finishes in this many seconds at its measured "
+                  "rate (groups by estimated tokens; one at a time until measured); a group that cannot finish "
+                  "before its deadline is refused at once (429 / RESOURCE_EXHAUSTED with a retry hint). 0 (the "
+                  "default until measured on the real engine): bound by --max-in-flight-groups only")
     max_body_bytes: int = setting(32 * 1024 * 1024, help="largest request: HTTP body (413 past it, before parsing) "
                                                          "and gRPC message (RESOURCE_EXHAUSTED)")
     shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
@@ -174,6 +179,8 @@ class ServerConfig:
             raise ValueError(f"max_in_flight_groups {self.max_in_flight_groups}: expected >= 1, or 0 for auto")
         if self.max_waiting_groups < -1:
             raise ValueError(f"max_waiting_groups {self.max_waiting_groups}: expected >= 0, or -1 for no bound")
+        if self.admission_window_s < 0:
+            raise ValueError(f"admission_window_s {self.admission_window_s}: expected >= 0 seconds (0: off)")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes {self.max_body_bytes}: expected >= 1024")
         self.security.validate()

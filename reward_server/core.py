@@ -43,6 +43,7 @@ from reward_server.types import (
     Status,
 )
 from reward_server.validation import candidate_error, validate_group
+from reward_server.workload import group_cost
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,7 +82,8 @@ class RewardCore:
         self.modes = [m for m in SCORE_MODES if not m.judges_reply or self.template.reply_round is not None]
         self._ready = False
         self.admission = Admission(config.in_flight_groups(on_cpu=config.engine.device == "cpu"),
-                                   None if config.max_waiting_groups < 0 else config.max_waiting_groups, self.metrics)
+                                   None if config.max_waiting_groups < 0 else config.max_waiting_groups, self.metrics,
+                                   window_s=config.admission_window_s)
         self.metrics.queue_depth.set_function(lambda: float(self.engine.queue_depth()))
         s = config.judge
         self.sampling = SamplingInfo(temperature=s.temperature, top_p=s.top_p,
@@ -170,7 +172,8 @@ class RewardCore:
         self.check_ready()
         mode = req.options.mode or self.config.default_mode
         validate_group(req, mode, self.config.limits, prefix, self.modes)
-        return await self.bounded(self._score(req, mode, prefix), self.timeout_for(req.options.timeout_ms, timeout_s),
+        timeout = self.timeout_for(req.options.timeout_ms, timeout_s)
+        return await self.bounded(self._score(req, mode, prefix, time.monotonic() + timeout), timeout,
                                   f"{prefix}options.timeout_ms")
 
     async def score_validated(self, req: GroupRequest, mode: JudgeMode, prefix: str = "") -> GroupResponse:
@@ -203,7 +206,10 @@ class RewardCore:
             raise Overloaded(shed[0].message, "groups", retry_after_s=self.admission.retry_after_s())
         return out
 
-    async def _score(self, req: GroupRequest, mode: JudgeMode, prefix: str) -> GroupResponse:
+    async def _score(self, req: GroupRequest, mode: JudgeMode, prefix: str,
+                     deadline: float | None = None) -> GroupResponse:
+        """Score a validated group; ``deadline`` (``time.monotonic()``) lets admission refuse it early when the
+        engine cannot finish it in time."""
         t0 = time.perf_counter()
         errors = [candidate_error(c, i, self.config.limits, prefix) for i, c in enumerate(req.candidates)]
         valid = [i for i, e in enumerate(errors) if e is None]
@@ -219,7 +225,8 @@ class RewardCore:
                     outcomes[k] = Outcome(judgment, Status.OK, cache_hit=True)
         todo = {keys[i]: i for i in valid if keys[i] not in outcomes}
         # a group answered from the cache alone needs no judge slot, so cache hits are served under overload too
-        async with self.admission.slot(prefix.rstrip(".")) if todo else contextlib.nullcontext():
+        cost = group_cost(req.history, req.reference, [req.candidates[i] for i in todo.values()], mode)
+        async with self.admission.slot(prefix.rstrip("."), cost, deadline) if todo else contextlib.nullcontext():
             t1 = time.perf_counter()
             if self.cacheable:
                 self.metrics.cache_hits.inc(sum(1 for i in valid if keys[i] in outcomes))
