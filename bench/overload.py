@@ -41,12 +41,13 @@ def group(i: int, deadline_s: float) -> dict[str, Any]:
             "options": {"timeout_ms": int(deadline_s * 1000), "include_similarity": False}}
 
 
-def start_server(backend: str, in_flight: int, waiting: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(backend: str, in_flight: int, waiting: int,
+                 extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     http_port, grpc_port = free_port(), free_port()
     cmd = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", backend, "--host", "127.0.0.1",
            "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "WARNING", "--cache", "off",
            "--embedding-model", "off", "--max-in-flight-groups", str(in_flight),
-           "--max-waiting-groups", str(waiting)]
+           "--max-waiting-groups", str(waiting), *(extra or [])]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{http_port}"
     deadline = time.monotonic() + 600
