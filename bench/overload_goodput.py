@@ -88,8 +88,10 @@ async def _post(http: httpx.AsyncClient, group: dict[str, Any], deadline_s: floa
 
 async def calibrate(url: str, groups: list[dict[str, Any]], workers: int, deadline_s: float) -> float:
     """Candidates per second judged closed loop with ``workers`` groups at a time (after one warm-up group)."""
-    async with httpx.AsyncClient(base_url=url, timeout=deadline_s + 60) as http:
-        await _post(http, groups[0], 600)
+    async with httpx.AsyncClient(base_url=url, timeout=deadline_s + 600) as http:
+        status, _, _ = await _post(http, groups[0], 600)
+        if status != 200:
+            raise RuntimeError(f"the warm-up group was answered {status}")
         todo = list(groups[1:])
         done = 0
 
@@ -145,8 +147,9 @@ async def run_setting(args: argparse.Namespace, window_s: float, capacity: float
         if capacity is None:
             capacity = await calibrate(url, pools[0], 2, args.deadline_s)
         else:  # the same warm-up as the calibrated server
-            async with httpx.AsyncClient(base_url=url, timeout=600) as http:
-                await _post(http, pools[0][0], 600)
+            async with httpx.AsyncClient(base_url=url, timeout=660) as http:
+                if (await _post(http, pools[0][0], 600))[0] != 200:
+                    raise RuntimeError("the warm-up group was not judged")
         phases = {}
         for size in args.sizes:
             for load in args.loads:
