@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from typing import Any
 
 import aiohttp
 
-from bench.common import free_port, http_ready, percentile, print_table, write_result
-from bench.overload import candidate, stop
+from bench.common import percentile, print_table, write_result
+from bench.overload import candidate, launch, stop
 
 SYSTEM = "<|im_start|>system\nYou are an emotional-support assistant.<|im_end|>\n"
 CLIENT_TIMEOUT_S = 180.0  # openrlhf/utils/agent.py: aiohttp.ClientTimeout(total=180)
@@ -35,23 +33,6 @@ def prompt(p: int) -> str:
     return (SYSTEM + f"<|im_start|>user\nI failed my driving test again (attempt {p}).<|im_end|>\n"
             "<|im_start|>assistant\nI'm sorry. What happened?<|im_end|>\n"
             "<|im_start|>user\nI panicked at the roundabout.<|im_end|>\n<|im_start|>assistant\n")
-
-
-def start(server_args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    http_port, grpc_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "reward_server.cli", "serve", "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
-           "--http-port", str(http_port), "--log-level", "WARNING", *server_args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{http_port}"
-    end = time.monotonic() + 600
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} during start-up: {' '.join(cmd)}")
-        if http_ready(url):
-            return proc, url
-        time.sleep(1.0)
-    stop(proc)
-    raise RuntimeError("server not ready within 600 s")
 
 
 async def one_call(url: str, p: int, s: int) -> tuple[str, float]:
@@ -90,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-arg", action="append", default=[], help="a flag for the server, e.g. "
                                                                       "--server-arg=--backend=transformers")
     args = ap.parse_args(argv)
-    proc, url = start(args.server_arg)
+    proc, url = launch(args.server_arg)
     try:
         figures = asyncio.run(burst(url, args.prompts, args.samples))
     finally:

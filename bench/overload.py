@@ -43,11 +43,16 @@ def group(i: int, deadline_s: float) -> dict[str, Any]:
 
 def start_server(backend: str, in_flight: int, waiting: int,
                  extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """The server on ``backend`` with the given admission limits, no cache and no embeddings; (process, HTTP URL)."""
+    return launch(["--backend", backend, "--cache", "off", "--embedding-model", "off", "--max-in-flight-groups",
+                   str(in_flight), "--max-waiting-groups", str(waiting), *(extra or [])])
+
+
+def launch(server_args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """``compeer-reward serve`` on free local ports with ``server_args``, waited for (600 s); (process, HTTP URL)."""
     http_port, grpc_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", backend, "--host", "127.0.0.1",
-           "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--log-level", "WARNING", "--cache", "off",
-           "--embedding-model", "off", "--max-in-flight-groups", str(in_flight),
-           "--max-waiting-groups", str(waiting), *(extra or [])]
+    cmd = [sys.executable, "-m", "reward_server.cli", "serve", "--host", "127.0.0.1", "--grpc-port", str(grpc_port),
+           "--http-port", str(http_port), "--log-level", "WARNING", *server_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{http_port}"
     deadline = time.monotonic() + 600

@@ -42,11 +42,14 @@ class SkipNonFiniteGradients(TrainerCallback):
         if not grads or all(bool(torch.isfinite(g).all()) for _, g in grads):
             self.consecutive = 0
             return False
+        names = {id(p): n for n, p in model.named_parameters()}
+        bad = [names.get(id(p), "?") for p, g in grads if not bool(torch.isfinite(g).all())]
         for p, _ in grads:
             p.grad = None
         self.skipped += 1
         self.consecutive += 1
-        log.warning("step %d: non-finite gradients, optimizer step skipped (%d in a row, %d in all)", step,
+        log.warning("step %d: non-finite gradients in %d of %d tensors (first: %s), optimizer step skipped "
+                    "(%d in a row, %d in all)", step, len(bad), len(grads), ", ".join(bad[:3]),
                     self.consecutive, self.skipped)
         if self.consecutive >= self.max_consecutive:
             raise NonFiniteGradientError(

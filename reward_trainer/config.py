@@ -70,6 +70,11 @@ class JudgeSFTConfig(SFTConfig):
         default_factory=lambda: list(DEFAULT_TARGET_MODULES),
         metadata={"help": "Module names that get LoRA weights (the attention and MLP projections by default)."},
     )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={"help": "Attention kernel the base is loaded with ('sdpa', 'eager', 'flash_attention_2'); None: "
+                          "transformers' default for the model."},
+    )
     false_oversample: float = field(
         default=1.0,
         metadata={"help": "Repeat training conversations that hold at least one False step verdict this many "
@@ -206,7 +211,8 @@ def config_help() -> str:
 
 
 _OWN_FIELDS = frozenset({"variant", "extra_modes", "data_dir", "model", "model_dtype", "template", "lora_r", "lora_alpha",
-                         "lora_dropout", "lora_target_modules", "false_oversample", "max_train_rows"})
+                         "lora_dropout", "lora_target_modules", "attn_implementation", "false_oversample",
+                         "max_train_rows"})
 
 __all__ = ["DEFAULT_TARGET_MODULES", "JudgeSFTConfig", "config_from_mapping", "config_help", "load_config",
            "profile_names", "read_profile"]

@@ -94,7 +94,8 @@ def train(config: JudgeSFTConfig) -> TrainResult:
     false_factor = config.false_oversample if config.variant != "orm" else 1.0
     train_ds = build_train_dataset(rows, tokenizer, max_rows=config.max_train_rows,
                                    false_factor=false_factor, seed=config.seed)
-    model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype, local_files_only=True)
+    load_kwargs = {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
+    model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype, local_files_only=True, **load_kwargs)
 
     guard = SkipNonFiniteGradients(config.max_nonfinite_grad_steps)
     trainer = SFTTrainer(model=model, args=config, train_dataset=train_ds, processing_class=tokenizer,

@@ -337,7 +337,8 @@ class _TinyModel(torch.nn.Module):
         return {"loss": (_NaNGrad.apply(self.w, bad) * x).sum()}
 
 
-def test_a_real_trainer_skips_a_step_with_nan_gradients_and_stops_after_too_many(tmp_path: Path) -> None:
+def test_a_real_trainer_skips_a_step_with_nan_gradients_and_stops_after_too_many(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """transformers' Trainer with the guard: the NaN step leaves the weights finite and untouched, later steps
     train; without the guard the same run writes NaN into the weights; N NaN steps in a row stop the run."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -366,8 +367,10 @@ def test_a_real_trainer_skips_a_step_with_nan_gradients_and_stops_after_too_many
     unguarded, _ = train({1}, None)
     assert not torch.isfinite(unguarded.w).all()  # what the arms did
     guard = SkipNonFiniteGradients(max_consecutive=3)
-    model, logs = train({1}, guard)
+    with caplog.at_level("WARNING", logger="judge.guards"):
+        model, logs = train({1}, guard)
     assert torch.isfinite(model.w).all() and guard.skipped == 1 and guard.consecutive == 0
+    assert "non-finite gradients in 1 of 1 tensors (first: w)" in caplog.text  # names where it happened
     assert [h["compeer/nonfinite_grad_steps"] for h in logs] == [0.0, 1.0, 1.0, 1.0]
     # AdamW moves w by about lr per step (linear decay 0.1, 0.075, 0.05, 0.025): the skipped step moved nothing
     assert float(model.w[0]) == pytest.approx(1.0 - 0.1 - 0.05 - 0.025, abs=1e-3)

@@ -13,6 +13,7 @@
 #   start   carry .gpu-judge: converts the base, builds the data, starts the pipeline in the background (setsid)
 #           and waits like `wait`
 #   wait    (no carry) waits up to CALL_BUDGET_S (default 560) for the pipeline; copies what is finished to $OUT
+#   probe   (no carry, after start's prepare or with .gpu-judge) a few steps side by side with logging every step
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -59,6 +60,28 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   return $rc
 }
 
+probe() {  # PROBE_STEPS (default 12) of the profile side by side, a log line a step: as it is, eager attention,
+  # float32 weights (tf32 matmuls); where a run goes non-finite, the guard names the tensors (numerics check)
+  local pids=() a
+  for a in ${PROBE_ARMS:-sdpa eager fp32}; do
+    python3 - "$PROFILE" "$a" $R/probe-"$a".yaml <<'PY' || return 1
+import sys, yaml
+from reward_trainer.config import read_profile
+d = read_profile(sys.argv[1])
+d.update(logging_steps=1, save_strategy="no", max_nonfinite_grad_steps=1000)
+d.update({"sdpa": {}, "eager": {"attn_implementation": "eager"},
+          "fp32": {"model_dtype": "float32", "bf16": False, "tf32": True}}[sys.argv[2]])
+yaml.safe_dump(d, open(sys.argv[3], "w"))
+PY
+    python3 -m reward_trainer.cli judge --config $R/probe-"$a".yaml --data "$D" --out $R/probe-"$a" \
+      --max-steps "${PROBE_STEPS:-12}" > $R/probe-"$a".log 2>&1 & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  for a in ${PROBE_ARMS:-sdpa eager fp32}; do
+    echo "== $a"; grep -hE "'loss'|non-finite|Error|train_runtime" $R/probe-"$a".log | cut -c1-220 | tail -n 30
+  done
+}
+
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
 
 collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, metrics, the unified adapter in parts
@@ -90,9 +113,12 @@ prepare() {  # the base converted once (bf16), the data built once
   tail -n 3 $R/build.log
 }
 
-case "${1:?prepare|start|wait|pipeline|collect}" in
+case "${1:?prepare|probe|start|wait|pipeline|collect}" in
 prepare)
   prepare || exit 1
+  ;;
+probe)
+  prepare && probe
   ;;
 start)
   prepare || exit 1
