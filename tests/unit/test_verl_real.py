@@ -1,12 +1,18 @@
 """``reward_server/verl.py`` under veRL's REAL reward-loop code, where veRL is importable: skipped otherwise (the
 replays of ``test_verl_compat.py`` run everywhere). veRL 0.9.1 imports on CPU when installed with ``--no-deps`` plus
-the few modules its reward path needs::
+the few modules its reward path needs (the versions it last passed with; 3 tests, 16 s)::
 
-    pip install --no-deps --target /tmp/verl verl==0.9.1 ray tensordict msgpack pyvers omegaconf codetiming orjson
+    pip install --no-deps --target /tmp/verl verl==0.9.1 ray==2.60.0 tensordict==0.15.3 msgpack==1.2.4
+    pip install --no-deps --target /tmp/verl pyvers==0.2.3 omegaconf==2.4.0 codetiming==1.4.0 orjson==3.13.0
     PYTHONPATH=/tmp/verl:$PWD pytest tests/unit/test_verl_real.py
 
 Its own ``get_custom_reward_fn``, ``NaiveRewardManager`` and ``RateLimitedRewardManager`` load and call the file
-against the service (FAKE engine) under uvicorn, on a DataProto as the reward loop hands them one."""
+against the service (FAKE engine) under uvicorn, on a DataProto as the reward loop hands them one.
+
+Not in the CPU lock, so skipped by ``make test``: Ray cannot be left out by loading only the reward path's files by
+path (``spec_from_file_location``), since ``import ray`` is at the top of the modules that path itself runs:
+``verl/protocol.py`` (``DataProto``, which every manager takes) and ``verl/utils/ray_utils.py`` (the managers'
+``get_event_loop``). Ray 2.60.0 is a 79 MB wheel, 240 MB installed; the rest together are 3.4 MB of wheels."""
 
 from __future__ import annotations
 
