@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 LOCK := requirements/cpu.lock
 STAMP := $(VENV)/.installed
+COMPAT_LOCK := requirements/compat.lock
+COMPAT_STAMP := $(VENV)/.compat
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export OMP_NUM_THREADS ?= 1
@@ -18,7 +20,7 @@ REDIS_IMAGE ?= compeer-redis:7
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_ENV := COMPEER_IMAGE=$(IMAGE) COMPEER_TRAINER_IMAGE=$(TRAINER_IMAGE) REDIS_IMAGE=$(REDIS_IMAGE)
 
-.PHONY: install proto model run test test-unit test-integration test-deploy bench lint clean \
+.PHONY: install proto model compat run test test-unit test-integration test-deploy bench lint clean \
 	image image-trainer image-redis compose-up compose-down
 
 # A venv from the pinned CPU lock (exact versions, no resolver), then the project itself. deploy/install_lock.py
@@ -48,11 +50,17 @@ model: install
 run: model
 	$(BIN)/compeer-reward serve $(ARGS)
 
+# The trainers' real code (OpenRLHF, veRL + Ray) the tests run the service against; tests only, never the images.
+compat: $(COMPAT_STAMP)
+$(COMPAT_STAMP): $(COMPAT_LOCK) $(STAMP)
+	$(BIN)/pip install -q --no-deps -r $(COMPAT_LOCK)
+	touch $(COMPAT_STAMP)
+
 # -rs: a skipped test says why (the deploy tier skips, with a warning, where no Docker engine answers).
-test: model
+test: model compat
 	$(BIN)/python -m pytest -q -rs tests
 
-test-unit: install
+test-unit: install compat
 	$(BIN)/python -m pytest -q tests/unit
 
 test-integration: model

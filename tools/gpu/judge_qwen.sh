@@ -44,7 +44,7 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   pids=()
   python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
-    --adapter reply=$R/unified "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
+    --adapter reply=$R/unified ${EVAL_ITEMS:+--max-items "$EVAL_ITEMS"} "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
   if [ -d $R/prm ] && [ -d $R/orm ]; then
     python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
       --no-base "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 & pids+=($!)
@@ -53,8 +53,8 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-trained \
     --adapter trained=$R/unified --no-base --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" \
     > $R/contrast-trained.log 2>&1 & pids+=($!)
-  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-base \
-    --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" > $R/contrast-base.log 2>&1 & pids+=($!)
+  [ "${CONTRAST_BASE:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl \
+    --out $R/contrast-base --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" > $R/contrast-base.log 2>&1 & pids+=($!); }
   local rc=0
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
