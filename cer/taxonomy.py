@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -39,6 +40,24 @@ class Taxonomy:
             if key == _key(s.name) or key in {_key(a) for a in s.aliases}:
                 return s.name
         return None
+
+
+def named_strategy(step3: str, taxonomy: Taxonomy) -> str | None:
+    """The strategy a step-3 text names: the first taxonomy strategy (name or alias, any case) it mentions, longer
+    names first where two start at the same place; None when it names none. The one rule for what strategy a CER
+    output chose (the dataset pipeline, the evaluator, the end-to-end loop)."""
+    low = step3.lower()
+    names = sorted(((n, s.name) for s in taxonomy.strategies for n in (s.name, *s.aliases)), key=lambda x: -len(x[0]))
+    hits = [(low.find(n.lower()), canon) for n, canon in names if n.lower() in low]
+    return min(hits)[1] if hits else None
+
+
+def strategy_accuracy(predicted: Sequence[str | None], gold: Sequence[str | None]) -> float | None:
+    """Strategy accuracy (times 100): of the items with a gold strategy, the share whose predicted strategy (e.g.
+    :func:`named_strategy` of its step 3) is that strategy; a prediction of None counts as wrong. None when no item
+    has a gold strategy (never a made-up 0)."""
+    pairs = [(p, g) for p, g in zip(predicted, gold, strict=True) if g]
+    return 100.0 * sum(1 for p, g in pairs if p == g) / len(pairs) if pairs else None
 
 
 def _key(name: str) -> str:

@@ -31,6 +31,7 @@ from evaluator.gold import GoldConfig, run_turn
 from evaluator.inputs import GoldTurn, load_cards
 from evaluator.prompts import load_prompts
 from evaluator.runs import RunDir, run_items
+from judge.device import dtype_name, resolve_device_dtype
 from judge.model_store import DEFAULT_MODEL, resolve_model
 from reward_server.client import RewardCallError, RewardClient
 from reward_server.types import ErrorInfo, GroupRequest, ScoreOptions
@@ -40,7 +41,8 @@ SCORE_CHUNK = 16
 
 
 def _dtype(s: LoopSettings) -> str:
-    return "bfloat16" if s.device == "cuda" else "float32"
+    """The policy's weights dtype on ``s.device``: judge.device's ``auto`` (the one rule)."""
+    return dtype_name(resolve_device_dtype(s.device, "auto")[1])
 
 
 def _base_path(s: LoopSettings) -> str:

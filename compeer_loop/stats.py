@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from cer.taxonomy import strategy_accuracy
 from evaluator.metrics import bleu2, distinct_n, mean_length, rouge_l
 
 Record = dict[str, Any]
@@ -24,11 +25,6 @@ Figure = Callable[[Sequence[Record]], float | None]
 
 def _mean(values: list[float]) -> float | None:
     return float(sum(values) / len(values)) if values else None
-
-
-def strategy_accuracy(rs: Sequence[Record]) -> float | None:
-    """% of prompts with an annotated strategy whose ``<strategy>`` part names it (none named: wrong)."""
-    return _mean([100.0 * (r.get("strategy") == r["gold_strategy"]) for r in rs if r.get("gold_strategy")])
 
 
 def format_ok(rs: Sequence[Record]) -> float | None:
@@ -40,7 +36,8 @@ def _judged(rs: Sequence[Record], key: str) -> float | None:
 
 
 FIGURES: dict[str, Figure] = {
-    "strategy_accuracy": strategy_accuracy,
+    "strategy_accuracy": lambda rs: strategy_accuracy([r.get("strategy") for r in rs],
+                                                      [r.get("gold_strategy") for r in rs]),
     "bleu_2": lambda rs: bleu2([r["text"] for r in rs], [r["reference"] for r in rs]),
     "rouge_l": lambda rs: _mean([float(r["rouge_l"]) for r in rs]),
     "distinct_1": lambda rs: distinct_n([r["text"] for r in rs], 1),

@@ -18,7 +18,7 @@ from typing import Any
 
 from cer.policy_prompt import policy_messages
 from cer.reasoning import PARTS, parse, render
-from cer.taxonomy import Taxonomy, load_taxonomy
+from cer.taxonomy import Taxonomy, load_taxonomy, named_strategy
 from data_builder.llm import LLM, add_llm_options, default_llm_factory, map_bounded, settings_from_args
 from data_builder.records import GENERATION, ROUND, Record, read_records, turns_of, write_jsonl
 from data_builder.stage import StageRun, add_common, limited
@@ -35,14 +35,6 @@ def valid_cer(text: str) -> str | None:
     if not parsed.ok:
         return None
     return render({p: parsed.parts[p] or "" for p in PARTS})
-
-
-def named_strategy(step3: str, taxonomy: Taxonomy) -> str | None:
-    """The first taxonomy strategy (name or alias) that step 3 mentions, longest names first; else None."""
-    low = step3.lower()
-    names = sorted(((n, s.name) for s in taxonomy.strategies for n in (s.name, *s.aliases)), key=lambda x: -len(x[0]))
-    hits = [(low.find(n.lower()), canon) for n, canon in names if n.lower() in low]
-    return min(hits)[1] if hits else None
 
 
 async def generate_rounds(llm: LLM, rounds: list[Record], taxonomy: Taxonomy, max_tokens: int,

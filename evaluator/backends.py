@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from data_builder.generate import named_strategy  # the step-3 strategy name rule (moves with cer/ later)
 from data_builder.llm import LLM, LLMSettings
 from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
@@ -287,4 +286,4 @@ def roles_from_engines(engines: dict[str, Engine], specs: dict[str, ModelSpec] |
 
 __all__ = ["ROLES", "ChatRole", "Engine", "EngineConfig", "EngineError", "EnginePool", "GenParams",
            "GenResult", "Message", "ModelSpec", "ResolvedModel", "Roles", "add_role_options", "build_roles",
-           "named_strategy", "resolve_spec", "roles_from_engines", "spec_from_args"]
+           "resolve_spec", "roles_from_engines", "spec_from_args"]

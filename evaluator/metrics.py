@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from cer.taxonomy import strategy_accuracy
+
 _TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\w\s]",
                     re.UNICODE)
 
@@ -66,17 +68,13 @@ def rouge_l(hypotheses: Sequence[str], references: Sequence[str]) -> float | Non
     return 100.0 * sum(scores) / len(scores)
 
 
-def strategy_accuracy(predicted: Sequence[str | None], gold: Sequence[str | None]) -> dict[str, Any]:
-    """Accuracy (times 100) of predicted strategies over the items with a gold strategy.
-
-    A prediction of None (no ``<strategy>`` part, or one naming no taxonomy strategy) counts as wrong and is counted
-    in ``unnamed``.
-    """
-    pairs = [(p, g) for p, g in zip(predicted, gold) if g]
-    if not pairs:
-        return {"accuracy": None, "n": 0, "unnamed": 0}
-    correct = sum(1 for p, g in pairs if p == g)
-    return {"accuracy": 100.0 * correct / len(pairs), "n": len(pairs), "unnamed": sum(1 for p, _ in pairs if p is None)}
+def strategy_figures(predicted: Sequence[str | None], gold: Sequence[str | None]) -> dict[str, Any]:
+    """Strategy accuracy (:func:`cer.taxonomy.strategy_accuracy`) over the items with a gold strategy, their count
+    ``n`` and ``unnamed``, those whose prediction is None (no ``<strategy>`` part, or one naming no taxonomy
+    strategy: counted as wrong)."""
+    pairs = [(p, g) for p, g in zip(predicted, gold, strict=True) if g]
+    return {"accuracy": strategy_accuracy(predicted, gold), "n": len(pairs),
+            "unnamed": sum(1 for p, _ in pairs if p is None)}
 
 
 def reply_figures(replies: Sequence[str]) -> dict[str, Any]:
@@ -90,5 +88,5 @@ def gold_figures(replies: Sequence[str], references: Sequence[str], predicted: S
     """BLEU-2, ROUGE-L and (when the model names strategies) strategy accuracy against gold replies."""
     out: dict[str, Any] = {"bleu_2": bleu2(replies, references), "rouge_l": rouge_l(replies, references)}
     if predicted is not None:
-        out["strategy"] = strategy_accuracy(predicted, gold_strategies)
+        out["strategy"] = strategy_figures(predicted, gold_strategies)
     return out

@@ -17,9 +17,9 @@ import yaml
 
 from cer.dialogue import Role, Turn
 from cer.policy_prompt import policy_messages
-from cer.reasoning import PARTS, parse
-from cer.taxonomy import load_taxonomy
-from evaluator.backends import ChatRole, Message, named_strategy
+from cer.reasoning import parse, strip_tags
+from cer.taxonomy import load_taxonomy, named_strategy
+from evaluator.backends import ChatRole, Message
 
 LANGUAGES = ("english", "chinese")
 SCORE_MIN, SCORE_MAX = 0, 4
@@ -31,7 +31,6 @@ CHANGE_REGEX = rf"Analysis: [^\n]{{1,{REASON_MAX_CHARS}}}\nChange: [+-]?[0-9]{{1
 _SCORE_LINE = re.compile(r"^\s*\**score\**\s*[:：]\s*\**\s*([0-9]+)\s*\**\s*(?:/\s*4)?\s*$", re.IGNORECASE | re.MULTILINE)
 _CHANGE_LINE = re.compile(r"^\s*\**change\**\s*[:：]\s*\**\s*([+-]?[0-9]+)\s*\**\s*$", re.IGNORECASE | re.MULTILINE)
 _FIELD_LINE = re.compile(r"^\s*\**(reason|analysis)\**\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-_TAGS = re.compile(rf"</?(?:{'|'.join(PARTS)})>", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -101,11 +100,6 @@ def field_line(text: str, name: str) -> str:
     return hits[-1] if hits else ""
 
 
-def strip_tags(text: str) -> str:
-    """Text with the CER tags removed (what a seeker sees of a reply without a ``<response>`` part)."""
-    return " ".join(_TAGS.sub(" ", text).split())
-
-
 def seeker_chat(system: str, greeting: str, turns: list[Turn]) -> list[Message]:
     """The seeker simulator's chat: its role prompt, the supporter's greeting and supporter turns as ``user``, its own
     turns as ``assistant``."""
@@ -151,7 +145,7 @@ async def model_reply(role: ChatRole, history: list[Turn], fmt: str, language: s
     if fmt != "cer":
         return {"text": raw.strip(), "raw": raw}
     parsed = parse(raw)
-    reply = parsed.response if parsed.response is not None else strip_tags(raw)
+    reply = parsed.response if parsed.response is not None else " ".join(strip_tags(raw).split())
     step3 = parsed.parts["strategy"]
     return {"text": reply, "raw": raw, "format_ok": parsed.ok, "missing": parsed.missing,
             "strategy": named_strategy(step3, load_taxonomy()) if step3 else None}

@@ -19,7 +19,7 @@ from cer.reasoning import ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import STEP_LABELS, Preference, Verdict, parse_verdicts
 from judge.engines.base import Engine, GenParams, Message
-from judge.generation import RetryPolicy, generate_validated
+from judge.generation import RetryPolicy, content_key, generate_validated, sampling_fields
 from judge.protocol import (
     PREFERENCE,
     REPLY,
@@ -106,6 +106,33 @@ class Judge:
         """The judge reads verdict probabilities (``verdict_probs`` on an engine that returns logprobs)."""
         return self.settings.verdict_probs and self.engine.supports_logprobs
 
+    def _rounds(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
+                mode: JudgeMode) -> list[tuple[RoundPlan, GenParams]]:
+        """Each round of a candidate with the sampling of its first attempt: what :meth:`judge` sends and
+        :meth:`judgment_key` hashes (one source, so the key cannot leave out what the engine is sent)."""
+        top_k = min(VERDICT_TOP_K, self.engine.max_logprobs) if self.graded else None
+        return [(plan, round_params(self.settings, self.engine, plan.components, logprobs=top_k))
+                for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed)]
+
+    def judgment_key(self, history: list[Turn], reference: str | None, parsed: ParsedOutput, mode: JudgeMode) -> str:
+        """The key of the judgment :meth:`judge` would give (sha256 hex, :func:`judge.generation.content_key`).
+
+        It hashes what decides that judgment: the engine's :meth:`~judge.engines.base.Engine.identity` (backend,
+        weights, seed, ...), the template version, the system message and, per round, the user message the engine is
+        sent (conversation, candidate parts, reference, strategy taxonomy, as rendered), the components it decides and
+        its sampling (temperature, top_p, seed, max_tokens, the verdict regex with the rationale bound, the line bound,
+        the logprobs asked for graded rewards), and the retry policy. The judge's own answers need no place in it:
+        they follow from the rest. The mode is not in it either: two modes that send the same rounds get the same
+        judgment (the rewards are computed from it afterwards)."""
+        rounds = [{"user": plan.user, "components": list(plan.components),
+                   "params": {**sampling_fields(params), "logprobs": params.logprobs}}
+                  for plan, params in self._rounds(history, reference, parsed, mode)]
+        policy = retry_policy(self.settings)
+        return content_key({"engine": self.engine.identity(), "template": self.template.version,
+                            "system": self.template.system, "rounds": rounds,
+                            "retry": {"max_retries": policy.max_retries,
+                                      "retry_temperature": policy.retry_temperature}})
+
     async def judge(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
                     mode: JudgeMode) -> CandidateJudgment:
         """Judge one candidate; unparsable rounds are re-generated up to ``max_retries`` times.
@@ -115,10 +142,9 @@ class Judge:
         out = CandidateJudgment()
         policy = retry_policy(self.settings)
         messages: list[Message] = [{"role": "system", "content": self.template.system}]
-        top_k = min(VERDICT_TOP_K, self.engine.max_logprobs) if self.graded else None
-        for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed):
+        graded = self.graded
+        for plan, params in self._rounds(history, reference, parsed, mode):
             messages.append({"role": "user", "content": plan.user})
-            params = round_params(self.settings, self.engine, plan.components, logprobs=top_k)
             result = await generate_validated(self.engine, messages, params, _all_verdicts(plan), policy,
                                               request_id=f"judge-{next(self._ids)}")
             out.generations += result.generations
@@ -131,7 +157,7 @@ class Judge:
             for c, v, d in zip(plan.components, verdicts, dists):
                 out.verdicts[c] = v
                 out.judged.add(c)
-                if top_k is not None:
+                if graded:
                     out.probs[c] = d
         return out
 

@@ -10,8 +10,8 @@ the call at once and is returned (``engine_error``), never retried.
 With a :class:`GenerationCache`, each attempt is looked up and stored under the hash of everything that changes its
 answer (the caller's model identity, the messages, the sampling and the attempt number): a re-run costs no
 generation at all, and the engine is only asked for (``engine`` may be a coroutine function that starts it) on the
-first miss. The reward service caches whole judgments per candidate instead (``reward_server.cache``) and passes no
-cache here.
+first miss. The reward service caches whole judgments per candidate instead (``reward_server.cache``, keyed by
+:meth:`judge.conversation.Judge.judgment_key`, hashed with the same :func:`content_key`) and passes no cache here.
 """
 
 from __future__ import annotations
@@ -58,14 +58,24 @@ class GenerationCache(Protocol):
         """Store the text."""
 
 
-def attempt_key(identity: Mapping[str, Any], messages: Sequence[Message], params: GenParams, attempt: int) -> str:
-    """Stable key of one attempt: ``identity`` (which model answers: backend, id, revision) + messages + sampling."""
+def content_key(payload: Mapping[str, Any]) -> str:
+    """The sha256 (hex) of a JSON-able ``payload`` in one canonical form (sorted keys, UTF-8): the one hash every cache
+    key of the judge library is made with (:func:`attempt_key`, :meth:`judge.conversation.Judge.judgment_key`)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def sampling_fields(params: GenParams) -> dict[str, Any]:
+    """What of ``params`` changes the text an engine writes (``logprobs`` only adds to it, so it is not here)."""
     sampling: dict[str, Any] = {"max_tokens": params.max_tokens, "temperature": params.temperature,
                                 "top_p": params.top_p, "seed": params.seed, "regex": params.regex}
     if params.max_line_chars is not None:
         sampling["max_line_chars"] = params.max_line_chars
-    payload = {**identity, "messages": list(messages), "params": sampling, "attempt": attempt}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return sampling
+
+
+def attempt_key(identity: Mapping[str, Any], messages: Sequence[Message], params: GenParams, attempt: int) -> str:
+    """Stable key of one attempt: ``identity`` (which model answers: backend, id, revision) + messages + sampling."""
+    return content_key({**identity, "messages": list(messages), "params": sampling_fields(params), "attempt": attempt})
 
 
 class DiskCache:
@@ -160,4 +170,5 @@ async def generate_validated(engine: EngineSource, messages: Sequence[Message], 
     return Validated(None, text, policy.max_retries + 1, generations, hits, tokens=tokens)
 
 
-__all__ = ["DiskCache", "GenerationCache", "RetryPolicy", "Validated", "attempt_key", "generate_validated"]
+__all__ = ["DiskCache", "GenerationCache", "RetryPolicy", "Validated", "attempt_key", "content_key", "generate_validated",
+           "sampling_fields"]

@@ -1,48 +1,38 @@
 """Per-candidate result cache: Redis when configured, an in-process LRU otherwise.
 
-The key hashes everything that changes the answer (DESIGN.md): judge model + revision + adapter, template
-version, mode, sampling params + seed, the normalised history, the candidate and the reference. A cache
-failure never fails a request: it is counted and the request is served uncached.
+The key of a candidate's judgment is the judge library's own (:meth:`judge.conversation.Judge.judgment_key`): a hash
+of what decides the answer, taken from what the engine is sent (the messages of every round, as rendered from the
+history, the candidate, the reference, the taxonomy and the template; each round's sampling, verdict regex, rationale
+and line bounds and logprobs) and from the engine's identity (backend, model, weights digest, adapter, seed), under
+the namespace :data:`KEY_PREFIX`. Nothing of the request that does not reach the engine (request id, deadline,
+client, options such as ``include_judgment``) and no server setting that does not is in it. A cache failure never
+fails a request: it is counted and the request is served uncached.
 """
 
 from __future__ import annotations
 
 import abc
-import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from cachetools import TTLCache
 
-from cer.dialogue import Turn, normalise_history, normalise_text
+from cer.dialogue import Turn
+from cer.modes import JudgeMode
+from cer.reasoning import ParsedOutput
+from judge.conversation import Judge
 from reward_server.metrics import Metrics
 
 log = logging.getLogger(__name__)
-KEY_PREFIX = "compeer:judge:v1:"
+#: The key namespace; v2: keys are :meth:`Judge.judgment_key` (v1 keys were picked by hand and left out the
+#: taxonomy, the backend and the engine's bounds, so no v1 entry is read).
+KEY_PREFIX = "compeer:judge:v2:"
 
 
-@dataclass(frozen=True)
-class KeyContext:
-    """The request-independent part of every key: which judge, how it samples."""
-
-    model: str
-    revision: str
-    adapter: str | None
-    template_version: str
-    sampling: dict[str, Any]
-
-
-def cache_key(ctx: KeyContext, mode: str, history: list[Turn], reference: str | None, candidate: str) -> str:
-    """Stable key of one candidate's judgment."""
-    payload = {
-        "model": ctx.model, "revision": ctx.revision, "adapter": ctx.adapter, "template": ctx.template_version,
-        "sampling": ctx.sampling, "mode": mode, "history": normalise_history(history),
-        "reference": None if reference is None else normalise_text(reference), "candidate": candidate,
-    }
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
-    return KEY_PREFIX + hashlib.sha256(blob).hexdigest()
+def cache_key(judge: Judge, mode: JudgeMode, history: list[Turn], reference: str | None, parsed: ParsedOutput) -> str:
+    """The cache key of the judgment ``judge`` gives the candidate ``parsed`` (what it is shown of it) in ``mode``."""
+    return KEY_PREFIX + judge.judgment_key(history, reference, parsed, mode)
 
 
 class ResultCache(abc.ABC):

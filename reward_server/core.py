@@ -24,7 +24,7 @@ from judge.engines.base import Engine, EngineError
 from judge.protocol import COMPONENTS, REPLY, load_template
 from reward_server import __version__
 from reward_server.admission import Admission
-from reward_server.cache import KeyContext, ResultCache, cache_key
+from reward_server.cache import ResultCache, cache_key
 from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
 from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, Overloaded, ServiceError
@@ -90,15 +90,6 @@ class RewardCore:
                                      max_tokens=s.max_tokens_per_component,
                                      seed=s.seed if s.seed is not None else config.engine.seed,
                                      max_retries=s.max_retries, constrained=self.judge.constrained)
-        self._key_ctx = KeyContext(model=config.engine.model_id, revision=config.engine.revision,
-                                   adapter=config.engine.adapter_id or config.engine.adapter,
-                                   template_version=self.template.version,
-                                   # the reported sampling, plus what else changes a judgment: the retries'
-                                   # temperature and the rationale bound of the verdict grammar
-                                   sampling={**self.sampling.to_json(), "retry_temperature": s.retry_temperature,
-                                             "rationale_max_chars": s.rationale_max_chars,
-                                             # a judgment without label probabilities is no graded one
-                                             "verdict_probs": self.graded})
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -215,7 +206,7 @@ class RewardCore:
         valid = [i for i, e in enumerate(errors) if e is None]
         # rejected candidates are neither parsed nor hashed
         parsed = {i: judged_parts(req.candidates[i], mode) for i in valid}
-        keys = {i: cache_key(self._key_ctx, mode.value, req.history, req.reference, req.candidates[i]) for i in valid}
+        keys = {i: cache_key(self.judge, mode, req.history, req.reference, parsed[i]) for i in valid}
         outcomes: dict[str, Outcome] = {}
         if self.cacheable:
             distinct = list(dict.fromkeys(keys[i] for i in valid))
@@ -268,7 +259,8 @@ class RewardCore:
     def meta(self, mode: JudgeMode) -> GroupMeta:
         """The response metadata of this server for ``mode`` (timings and counts zero)."""
         return GroupMeta(model=self.config.engine.model_id, revision=self.config.engine.revision,
-                         adapter=self._key_ctx.adapter, template_version=self.template.version,
+                         adapter=self.config.engine.adapter_id or self.config.engine.adapter,
+                         template_version=self.template.version,
                          sampling=self.sampling, mode=mode, graded=self.graded)
 
     async def _judge_one(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,

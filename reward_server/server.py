@@ -72,7 +72,7 @@ async def build_core(config: ServerConfig) -> RewardCore:
         ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.adapter,
                                                        dtype_name(dtype), device)
         config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision,
-                                adapter=runtime_adapter,
+                                precision=f"{device.split(':')[0]}:{dtype_name(dtype)}", adapter=runtime_adapter,
                                 adapter_id=ref.adapter or (adapter_id(runtime_adapter) if runtime_adapter else None))
     else:
         if config.adapter not in (DEFAULT_ADAPTER, NO_ADAPTER):

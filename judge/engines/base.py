@@ -10,6 +10,7 @@ import abc
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from judge.engines.settings import OpenAISettings, TransformersSettings, VllmSettings
 from judge.settings import nested, setting
@@ -94,6 +95,8 @@ class EngineConfig:
     adapter: str | None = setting(None, cli=False, help="a PEFT LoRA folder the engine loads on top of the model "
                                   "(resolved from the user's --adapter by the model store; None: none)")
     adapter_id: str | None = setting(None, cli=False, help="the adapter's identity (name@sha), reported and cached")
+    precision: str = setting("", cli=False, help="the device kind and dtype that device and dtype 'auto' resolved to "
+                                                 "(e.g. cuda:bfloat16), for the cache key; empty: not resolved")
     seed: int = setting(0, help="engine seed")
     max_model_len: int = setting(4096, help="the longest prompt + output in tokens")
     dtype: str = setting("auto", help="weights dtype: auto (bfloat16 or float16 on GPU, float32 on CPU) or a torch "
@@ -157,6 +160,17 @@ class Engine(abc.ABC):
         if not 1 <= params.logprobs <= self.max_logprobs:
             raise EngineError(f"logprobs must be in 1..{self.max_logprobs} for the {self.name} engine, got "
                               f"{params.logprobs}")
+
+    def identity(self) -> dict[str, Any]:
+        """What of this engine, beyond the messages and :class:`GenParams` of a request, decides what it answers: the
+        backend, the model and its weights (id; revision, a digest of the weights for a local folder or a pinned
+        base; the adapter's ``name@sha256``), the engine seed (the sampling of a request without one), the dtype and
+        the device as configured and, where the model was resolved, what they resolved to (``precision``: ``auto``
+        is bfloat16 on a GPU, float32 on a CPU). Part of every judgment's cache key
+        (:meth:`judge.conversation.Judge.judgment_key`); a backend with more such settings adds them."""
+        c = self.config
+        return {"backend": c.backend, "model": c.model_id, "revision": c.revision, "adapter": c.adapter_id or c.adapter,
+                "seed": c.seed, "dtype": c.dtype, "device": c.device, "precision": c.precision}
 
     def healthy(self) -> bool:
         """True while the engine can serve (started, not stopped, not dead)."""

@@ -80,6 +80,11 @@ class VllmEngine(Engine):
         self.supports_line_bound = config.vllm.rationale_bound != "counted"
         self.overlong_lines = 0  # answers cut before a line over GenParams.max_line_chars
 
+    def identity(self) -> dict[str, Any]:
+        """The common identity plus how the rationale is bounded: ``max_tokens`` and ``line`` take the same
+        :class:`GenParams` but end an over-long line differently (re-generated vs masked)."""
+        return {**super().identity(), "rationale_bound": self.config.vllm.rationale_bound}
+
     async def start(self) -> None:
         from vllm import AsyncEngineArgs
         from vllm.platforms import current_platform

@@ -5,11 +5,15 @@ imports inside functions included, so that it cannot regress:
     policy_trainer -> cer, the service's client and wire types (reward_server.client, reward_server.types), and the
                       model store (judge.model_store) for the default policy weights and the training guard
                       (judge.guards)
+
+and that each shared rule (the CER tag regex and tag stripping, the step-3 strategy rule, strategy accuracy, the dtype
+rule, the cache keys) is defined in one module only (:data:`HOMES`): a copy elsewhere fails the test.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -29,11 +33,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
     "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
-    # wrapper (on judge.generation) and its step-3 strategy rule
-    "evaluator": ("cer", "judge", "data_builder.llm", "data_builder.generate"),
+    # wrapper (on judge.generation)
+    "evaluator": ("cer", "judge", "data_builder.llm"),
     # the end-to-end loop composes the others: prompt sets from the pipeline's stages, the warm-up from the policy
     # trainer, the evaluator's held-out-turn harness and metrics, the trained judge over the service's client
-    "compeer_loop": ("cer", "judge.model_store", "data_builder.emit", "data_builder.ingest", "data_builder.records",
+    "compeer_loop": ("cer", "judge.model_store", "judge.device", "data_builder.emit", "data_builder.ingest", "data_builder.records",
                      "data_builder.sample", "data_builder.silver", "data_builder.silver_text", "policy_trainer.config",
                      "policy_trainer.runner", "policy_trainer.warmup", "evaluator", "reward_server.client",
                      "reward_server.types"),
@@ -111,10 +115,77 @@ def test_no_module_is_a_god_file() -> None:
     assert long == {}
 
 
+#: rules defined once: function name -> the one module that may define it (README, "Architecture").
+HOMES: dict[str, str] = {
+    "strip_tags": "cer/reasoning.py", "named_strategy": "cer/taxonomy.py", "strategy_accuracy": "cer/taxonomy.py",
+    "resolve_device": "judge/device.py", "resolve_device_dtype": "judge/device.py", "dtype_name": "judge/device.py",
+    "content_key": "judge/generation.py", "attempt_key": "judge/generation.py", "judgment_key": "judge/conversation.py",
+    "cache_key": "reward_server/cache.py", "parse_verdicts": "cer/verdicts.py",
+}
+#: the one module that compiles the CER tag regex
+TAG_HOME = "cer/reasoning.py"
+_PART_TAG = re.compile(r"<[/?()]*(?:\?:)?(?:analysis|emotion|strategy|response)\b|\bPARTS\b")
+_DTYPES = {"bfloat16", "float16", "float32", "half", "float"}
+
+
+def _sources() -> list[Path]:
+    return sorted(p for package in (*ALLOWED, "compeer_cli") for p in (ROOT / package).rglob("*.py"))
+
+
+def _is_dtype(node: ast.expr) -> bool:
+    """A dtype named as a string (``"bfloat16"``) or as torch's attribute (``torch.float32``)."""
+    if isinstance(node, ast.Constant):
+        return node.value in _DTYPES
+    return isinstance(node, ast.Attribute) and node.attr in _DTYPES
+
+
+def _redefinitions(path: Path, rel: str) -> list[str]:
+    """Where ``path`` re-defines a rule that has a home elsewhere: a function (or module-level name) of
+    :data:`HOMES`, a compiled (or ``re.*``-applied) CER tag pattern, or a device -> dtype choice."""
+    text = path.read_text(encoding="utf-8")
+    bad = []
+    for node in ast.walk(ast.parse(text, str(path))):
+        names = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        bad += [f"{rel}:{node.lineno} defines {n} (home: {HOMES[n]})" for n in names if HOMES.get(n, rel) != rel]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "re" and node.args and rel != TAG_HOME
+                and _PART_TAG.search(ast.get_source_segment(text, node.args[0]) or "")):
+            bad.append(f"{rel}:{node.lineno} makes a CER tag pattern (home: {TAG_HOME}, cer.reasoning.TAG)")
+        if (isinstance(node, ast.IfExp) and _is_dtype(node.body) and _is_dtype(node.orelse)
+                and rel != HOMES["resolve_device_dtype"]):
+            bad.append(f"{rel}:{node.lineno} picks a dtype itself (home: judge.device.resolve_device_dtype)")
+    return bad
+
+
+def test_each_shared_rule_is_defined_once() -> None:
+    """Nothing defines a tag, a label or a rule twice (DESIGN.md): the strategy rule, strategy accuracy, the tag
+    regex and tag stripping, the dtype rule and the cache keys each live in one module and are imported elsewhere."""
+    bad = [b for path in _sources() for b in _redefinitions(path, str(path.relative_to(ROOT)))]
+    assert bad == []
+    for name, home in HOMES.items():
+        assert f"def {name}(" in (ROOT / home).read_text(encoding="utf-8"), (name, home)
+
+
+def test_the_rule_check_sees_copies(tmp_path: Path) -> None:
+    """The checker itself: a second strip_tags, a tag regex built from PARTS or spelled out, a dtype picked inline."""
+    src = tmp_path / "m.py"
+    src.write_text("import re\nfrom cer.reasoning import PARTS\n"
+                   "_TAGS = re.compile(rf\"</?(?:{'|'.join(PARTS)})>\", re.IGNORECASE)\n"
+                   "X = re.sub(r\"</?response>\", \"\", \"t\")\n"
+                   "def strip_tags(text):\n    return text\n"
+                   "def dtype(device):\n    return 'bfloat16' if device == 'cuda' else 'float32'\n"
+                   "strategy_accuracy = len\n")
+    found = _redefinitions(src, "evaluator/m.py")
+    assert len(found) == 5, found
+    assert _redefinitions(src, "cer/reasoning.py") != found  # the tag regex's home may compile it
+
+
 def test_the_readme_architecture_section_is_this_table() -> None:
     """README.md's "Architecture" block lists, per package, exactly the edges this test allows."""
-    import re
-
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("## Architecture\n```\n", 1)[1].split("```", 1)[0]
     documented: dict[str, set[str]] = {}

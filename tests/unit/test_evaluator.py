@@ -10,7 +10,7 @@ import pytest
 from evaluator import esc_eval, gold, sage
 from evaluator.backends import GenParams, Message
 from evaluator.inputs import InputError, cards_from_esconv, gold_turns, load_cards, load_profiles
-from evaluator.metrics import bleu2, distinct_n, mean_length, rouge_l, strategy_accuracy, tokenize
+from evaluator.metrics import bleu2, distinct_n, mean_length, rouge_l, strategy_figures, tokenize
 from evaluator.prompts import first_message, load_prompts, parse_change, parse_score
 from tests.unit.evaluator_fakes import fake_roles, last_user
 
@@ -121,7 +121,7 @@ def test_metrics_hand_computed() -> None:
     assert bleu2(["the cat sat"], ["the cat sat"]) == pytest.approx(100.0)
     # LCS of (a b c d) and (a c d e) is 3: P = R = F = 3/4
     assert rouge_l(["a b c d"], ["a c d e"]) == pytest.approx(75.0)
-    acc = strategy_accuracy(["Question", None, "Information"], ["Question", "Others", "Question"])
+    acc = strategy_figures(["Question", None, "Information"], ["Question", "Others", "Question"])
     assert acc == {"accuracy": pytest.approx(100 / 3), "n": 3, "unnamed": 1}
 
 

@@ -120,7 +120,7 @@ async def test_cache_round_trip_and_records_from_before_graded_rewards() -> None
         assert again["preference"]["probs"] == first["preference"]["probs"]
         # a record an older server wrote under this key (no format, no probabilities) is a miss, judged again
         req = group_from_json(b)
-        key = cache_key(s.core._key_ctx, "unified", req.history, req.reference, GOOD)
+        key = cache_key(s.core.judge, JudgeMode.UNIFIED, req.history, req.reference, parse(GOOD))
         old = {"verdicts": {"step1": True, "step2": True, "step3": True, "preference": "second"},
                "judged": ["preference", "step1", "step2", "step3"], "texts": ["x"] * 4, "generations": 4}
         await cache.set_many({key: old})

@@ -86,8 +86,13 @@ def test_contrast_reports_both_totals_for_any_kind_of_negative() -> None:
 
 def test_local_folders_are_identified_by_their_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two fine-tunes saved under the same folder name never share a revision (and so never share cache keys)."""
+    from cer.modes import JudgeMode
+    from judge.conversation import Judge
+    from judge.engines.base import EngineConfig
     from judge.model_store import resolve_model
-    from reward_server.cache import KeyContext, cache_key
+    from judge.protocol import JudgeSettings, load_template
+    from reward_server.cache import cache_key
+    from tests.fake_engine import FakeEngine
 
     monkeypatch.setenv("COMPEER_CACHE", str(tmp_path / "cache"))
 
@@ -101,7 +106,9 @@ def test_local_folders_are_identified_by_their_weights(tmp_path: Path, monkeypat
     a, b, c = folder("a", b"\x00" * 64), folder("b", b"\x00" * 63 + b"\x01"), folder("c", b"\x00" * 64)
     ra, rb, rc = (resolve_model(str(x)) for x in (a, b, c))
     assert ra.model_id == rb.model_id == "judge" and ra.revision != rb.revision and ra.revision == rc.revision
-    keys = {cache_key(KeyContext(r.model_id, r.revision, None, "v", {}), "unified", [], "ref", "cand") for r in (ra, rb)}
+    judges = [Judge(FakeEngine(config=EngineConfig(backend="fake", model_id=r.model_id, revision=r.revision)),
+                    load_template(), load_taxonomy(), JudgeSettings()) for r in (ra, rb)]
+    keys = {cache_key(j, JudgeMode.UNIFIED, [], "ref", parse("<response>cand</response>")) for j in judges}
     assert len(keys) == 2
     # the digest is remembered per file version: rewriting the weights changes the revision
     (a / "model.safetensors").write_bytes(b"\x02" * 64)

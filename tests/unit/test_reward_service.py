@@ -16,7 +16,7 @@ import pytest
 
 from judge.engines.base import EngineConfig
 from judge.protocol import JudgeSettings
-from reward_server.cache import MemoryCache, RedisCache, cache_key
+from reward_server.cache import MemoryCache, RedisCache
 from reward_server.config import ServerConfig
 from reward_server.core import RewardCore
 from reward_server.errors import ERROR_TABLE, ErrorCode
@@ -27,7 +27,7 @@ from reward_server.http.convert import group_from_json
 from reward_server.metrics import Metrics
 from reward_server.proto import pb, pb_grpc
 from tests.conftest import free_port
-from tests.fake_engine import FakeEngine, verdict_logprobs
+from tests.fake_engine import FakeEngine
 from tests.unit.fakes import FakeHashEmbedder, scripted_judge
 
 GOOD = ("<analysis>She failed her test again; exploration.</analysis><emotion>negative; shame; 4</emotion>"
@@ -353,24 +353,3 @@ async def test_dead_engine_fails_liveness_and_readiness(svc: Service) -> None:
     assert (await svc.http.get("/readyz")).status_code == 503
     r = await svc.http.post("/v1/score", json=body([GOOD]))
     assert r.status_code == 503 and r.json()["error"]["code"] == "UNAVAILABLE"
-
-
-def test_every_judge_setting_that_changes_an_answer_is_in_the_cache_key() -> None:
-    """Servers sharing one Redis with different retry temperatures or rationale bounds must not share entries."""
-    from judge.settings import options
-
-    def key(**judge: Any) -> str:
-        engine = FakeEngine(config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"),
-                            logprobs=verdict_logprobs())
-        core = RewardCore(ServerConfig(engine=engine.config, judge=JudgeSettings(**judge)), engine, None, MemoryCache())
-        return cache_key(core._key_ctx, "unified", [], "ref", "cand")
-
-    base = key()
-    # every judge setting can change what a judgment says (verdict_probs: whether it has label probabilities)
-    changed = {"max_tokens_per_component": 64, "temperature": 0.5, "top_p": 0.9, "seed": 3, "max_retries": 1,
-               "retry_temperature": 1.0, "rationale_max_chars": 50, "constrain": False, "verdict_probs": False}
-    assert {o.path[-1] for o in options(JudgeSettings)} == set(changed)
-    for name, value in changed.items():
-        if name == "constrain":  # the fake engine takes no regex: constraining changes nothing it generates
-            continue
-        assert key(**{name: value}) != base, name
