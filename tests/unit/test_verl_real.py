@@ -9,9 +9,10 @@ the few modules its reward path needs (the versions it last passed with; 3 tests
 Its own ``get_custom_reward_fn``, ``NaiveRewardManager`` and ``RateLimitedRewardManager`` load and call the file
 against the service (FAKE engine) under uvicorn, on a DataProto as the reward loop hands them one.
 
-Not in the CPU lock, so skipped by ``make test``: Ray cannot be left out by loading only the reward path's files by
-path (``spec_from_file_location``), since ``import ray`` is at the top of the modules that path itself runs:
-``verl/protocol.py`` (``DataProto``, which every manager takes) and ``verl/utils/ray_utils.py`` (the managers'
+In ``requirements/compat.lock``, which ``make test`` installs (not ``make install`` or the images), so the test runs
+there; skipped, with this reason, where veRL is not installed. Ray cannot be left out by loading only the reward
+path's files by path (``spec_from_file_location``), since ``import ray`` is at the top of the modules that path itself
+runs: ``verl/protocol.py`` (``DataProto``, which every manager takes) and ``verl/utils/ray_utils.py`` (the managers'
 ``get_event_loop``). Ray 2.60.0 is a 79 MB wheel, 240 MB installed; the rest together are 3.4 MB of wheels."""
 
 from __future__ import annotations
