@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.bases import BASES, SMOLLM2_135M, Base, BaseUnavailable, locate_gguf, remove_joined, sha256_file
+from judge.bases import BASES, QWEN25_CODER_15B, SMOLLM2_135M, Base, BaseUnavailable, locate_gguf, remove_joined, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ DEFAULT_BASE = SMOLLM2_135M
 DEFAULT_MODEL_NAME = DEFAULT_BASE.model_id
 #: The base ``--model default`` stands for where a *judge* is served, by device kind (``cpu`` | ``cuda``): the choice
 #: and the figures behind it are in README.md ("Which judge") and docs/evaluations/judge-esconv/report.md.
-DEFAULT_JUDGE_BASE: dict[str, str] = {"cpu": SMOLLM2_135M.name, "cuda": SMOLLM2_135M.name}
+DEFAULT_JUDGE_BASE: dict[str, str] = {"cpu": SMOLLM2_135M.name, "cuda": QWEN25_CODER_15B.name}
 _STAMP = "compeer_model.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 

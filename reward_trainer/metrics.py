@@ -66,6 +66,19 @@ def confusion(gold: list[Verdict], pred: list[Verdict | None], labels: tuple[str
     return [[int(x) for x in row] for row in m[: len(labels)]]
 
 
+def kappa(matrix: list[list[int]]) -> float | None:
+    """Cohen's kappa of a :func:`confusion` matrix (rows gold, columns predicted + ``invalid``, which counts as a
+    class of its own): agreement beyond what the two label distributions give by chance; 0 for a constant judge
+    such as the majority baseline, None for an empty matrix or one where chance agreement is already 1."""
+    n = sum(sum(row) for row in matrix)
+    if n == 0:
+        return None
+    k = len(matrix)
+    observed = sum(matrix[i][i] for i in range(k)) / n
+    chance = sum((sum(matrix[i]) / n) * (sum(row[i] for row in matrix) / n) for i in range(k))
+    return None if chance >= 1.0 else (observed - chance) / (1.0 - chance)
+
+
 @dataclass
 class VariantMetrics:
     """The Table 1 figures of one judge on one variant's held-out split (None where the variant has no such part)."""
@@ -150,5 +163,5 @@ def majority_labels(gold: list[dict[str, Verdict]], components: tuple[str, ...])
     return out
 
 
-__all__ = ["INVALID", "METRIC_KEYS", "PREFERENCE", "REPLY", "STEPS", "VariantMetrics", "confusion", "label_str",
-           "majority_labels", "response_scores", "score", "step_scores"]
+__all__ = ["INVALID", "METRIC_KEYS", "PREFERENCE", "REPLY", "STEPS", "VariantMetrics", "confusion", "kappa",
+           "label_str", "majority_labels", "response_scores", "score", "step_scores"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from cer.verdicts import PREFERENCE_LABELS, STEP_LABELS
 from reward_trainer.inconsistency import RULE
-from reward_trainer.metrics import INVALID, PREFERENCE, REPLY, STEPS, VariantMetrics
+from reward_trainer.metrics import INVALID, PREFERENCE, REPLY, STEPS, VariantMetrics, kappa
 
 COLUMNS: tuple[str, ...] = ("Step1 wF1", "Step1 False-R", "Step2 wF1", "Step2 False-R", "Step3 wF1", "Step3 False-R",
                             "Resp wF1", "Resp Acc", "Reply wF1", "Reply False-R", "Reply Acc", "Parse fail",
@@ -61,6 +61,18 @@ def table_row(variant: str, judge: str, m: dict[str, Any]) -> str:
     return f"| {variant} | {judge} | {m['n_items']} | " + " | ".join(cells) + " |"
 
 
+KAPPA_PARTS: tuple[str, ...] = (*STEPS, PREFERENCE, REPLY)
+
+
+def kappa_row(variant: str, judge: str, m: dict[str, Any]) -> str:
+    """One markdown row of Cohen's kappa per judged part, from the confusion matrices (n/a: part not judged)."""
+    cells = []
+    for part in KAPPA_PARTS:
+        value = kappa(m["confusion"][part]) if part in m.get("confusion", {}) else None
+        cells.append("n/a" if value is None else f"{value:.3f}")
+    return f"| {variant} | {judge} | " + " | ".join(cells) + " |"
+
+
 def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
     """The markdown report of a ``metrics.json`` mapping."""
     lines = ["# UnifiReward judge evaluation", ""]
@@ -81,6 +93,15 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
         lines.append(table_row(variant, entry["judge"], entry))
         for name, base in entry.get("baselines", {}).items():
             lines.append(table_row(variant, name, base))
+    lines += ["", ("Cohen's kappa with the gold labels (from the confusion matrices; an unparsed answer is a class of its "
+                   "own; 0 = no better than chance, as the majority baseline always is):"), "",
+              "| Variant | Judge | " + " | ".join(KAPPA_PARTS) + " |", "|" + "---|" * (len(KAPPA_PARTS) + 2)]
+    for variant, entry in metrics.items():
+        if variant in ("meta", "inconsistency"):
+            continue
+        lines.append(kappa_row(variant, entry["judge"], entry))
+        for name, base in entry.get("baselines", {}).items():
+            lines.append(kappa_row(variant, name, base))
     inc = metrics.get("inconsistency", {})
     if inc:
         auditors = {json.dumps(s.get("auditor", {}), sort_keys=True) for s in inc.values()}
@@ -101,4 +122,4 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["COLUMNS", "plot_confusions", "render_report", "table_row"]
+__all__ = ["COLUMNS", "KAPPA_PARTS", "kappa_row", "plot_confusions", "render_report", "table_row"]

@@ -92,6 +92,38 @@ def test_named_bases() -> None:
         get_base("gpt-5")
 
 
+def test_the_default_judge_base_per_device_and_its_shipped_adapter_fits_the_base() -> None:
+    """GPU default: the 1.5B judge; CPU default: the 135M one (README, "Which judge"). The shipped 1.5B adapter is
+    checked against the base's shapes from its safetensors header (no weights loaded): Qwen2.5-1.5B has 28 layers,
+    hidden 1536, 2 KV heads of 128, MLP 8960; its stamp names the pinned GGUF and the served template."""
+    import json
+    import struct
+
+    from judge.model_store import base_adapter_dir, judge_base_name
+    from judge.protocol import load_template
+
+    assert judge_base_name("default", "cuda") == "qwen2.5-coder-1.5b"
+    assert judge_base_name("default", "cpu") == "smollm2-135m"
+    qwen = get_base("qwen2.5-coder-1.5b")
+    folder = base_adapter_dir(qwen)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    r = config["r"]
+    raw = (folder / "adapter_model.safetensors").read_bytes()
+    header = json.loads(raw[8: 8 + struct.unpack("<Q", raw[:8])[0]])
+    dims = {"q_proj": (1536, 1536), "k_proj": (1536, 256), "v_proj": (1536, 256), "o_proj": (1536, 1536),
+            "gate_proj": (1536, 8960), "up_proj": (1536, 8960), "down_proj": (8960, 1536)}
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    assert len(tensors) == 28 * len(dims) * 2 and set(config["target_modules"]) == set(dims)
+    for name, meta in tensors.items():
+        module = name.split(".")[-3]
+        d_in, d_out = dims[module]
+        assert meta["shape"] == ([r, d_in] if ".lora_A." in name else [d_out, r]), name
+        assert meta["dtype"] == "BF16"
+    stamp = json.loads((folder / "compeer_judge.json").read_text())
+    assert qwen.sha256[:12] in stamp["base_model_revision"] and stamp["base_model_id"] == qwen.model_id
+    assert stamp["template_version"] == load_template().version and stamp["nonfinite_grad_steps_skipped"] == 0
+
+
 def test_the_installed_smollm2_gguf_matches_its_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(GGUF_DIR_ENV, raising=False)
     path = locate_gguf(get_base("smollm2-135m"), tmp_path)

@@ -127,6 +127,23 @@ def test_score_of_a_prm_variant_leaves_the_reply_columns_empty() -> None:
     assert m["response_accuracy"] is None and m["step_weighted_f1"] == [1.0, 1.0, 1.0]
 
 
+def test_kappa_is_zero_for_a_constant_judge_and_matches_sklearn_with_unparsed_answers() -> None:
+    from sklearn.metrics import cohen_kappa_score
+
+    from reward_trainer.metrics import kappa
+    from reward_trainer.report import kappa_row
+
+    assert kappa([[40, 0, 0], [10, 0, 0]]) == 0.0  # always "True": the majority baseline
+    assert kappa([[40, 0, 0], [0, 10, 0]]) == 1.0
+    assert kappa([[0, 0, 0], [0, 0, 0]]) is None
+    matrix = [[30, 5, 2], [7, 11, 1]]  # rows gold True/False; columns True/False/invalid
+    gold = [i for i, row in enumerate(matrix) for j, n in enumerate(row) for _ in range(n)]
+    pred = [j for i, row in enumerate(matrix) for j, n in enumerate(row) for _ in range(n)]
+    assert kappa(matrix) == pytest.approx(cohen_kappa_score(gold, pred))
+    row = kappa_row("unified", "trained", {"confusion": {"step1": matrix}})
+    assert row == f"| unified | trained | {kappa(matrix):.3f} | n/a | n/a | n/a | n/a |"
+
+
 def test_majority_labels_take_the_most_frequent_gold_label() -> None:
     from reward_trainer.metrics import majority_labels
 

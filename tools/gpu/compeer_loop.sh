@@ -139,8 +139,11 @@ start)
     [ "${ARMS:-}" = a ] || { echo "TRAIN_JUDGES runs with ARMS=a only (the warm-up): no GRPO arm beside it"; exit 1; }
   fi
   bash tools/gpu/device_evidence.sh prepare || exit 1   # the GGUF (sha256 checked) and MiniLM (fp32) in $S
-  python3 -m judge.model_store bfloat16 --adapter none || exit 1   # the base (policy, untrained judge)
-  python3 -m judge.model_store bfloat16 || exit 1                  # the shipped trained judge, merged
+  python3 -m judge.model_store bfloat16 --model smollm2-135m --adapter none || exit 1   # the policy's base
+  # the judges: the GPU default judge base (qwen2.5-coder-1.5b since issue 23: its parts staged first with
+  # `vllm_judge.sh install` and .gpu-qwen/qNN, one a call) bare (arm b) and with its shipped adapter merged
+  python3 -m judge.model_store bfloat16 --device cuda --adapter none || exit 1
+  python3 -m judge.model_store bfloat16 --device cuda || exit 1
   import_parts || exit 1
   if [ -n "${TRAIN_JUDGES:-}" ]; then
     setsid nohup bash tools/gpu/judge_esconv.sh judges $TRAIN_JUDGES > $L/judges.log 2>&1 < /dev/null &

@@ -111,7 +111,10 @@ stage)
   fi
   echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
     | sha256sum -c - || exit 1
-  python3 -m judge.model_store bfloat16 || exit 1   # the default judge: the shipped adapter merged, once
+  # the GPU default judge (qwen2.5-coder-1.5b + its shipped adapter since issue 23; its .gpu-qwen parts installed
+  # first), merged once; the 135M judge too (the figures before issue 23 are for it: --model smollm2-135m)
+  python3 -m judge.model_store bfloat16 --device cuda || exit 1
+  python3 -m judge.model_store bfloat16 --model smollm2-135m || exit 1
   bash tools/gpu/device_evidence.sh prepare || exit 1  # /tmp/smollm2 (the policy's base) and MiniLM
   nvidia-smi -L
   # versions from the installed metadata: xgrammar has no __version__
