@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from judge.bases import BASES, QWEN25_CODER_15B, SMOLLM2_135M, Base, BaseUnavailable, locate_gguf, remove_joined, sha256_file
+from judge.bases import (
+    BASES,
+    QWEN25_CODER_15B,
+    SMOLLM2_135M,
+    Base,
+    BaseUnavailable,
+    locate_gguf,
+    remove_joined,
+    sha256_file,
+)
 
 log = logging.getLogger(__name__)
 
