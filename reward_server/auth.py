@@ -31,7 +31,7 @@ from fastapi import FastAPI
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from reward_server.errors import Unauthenticated
+from reward_server.errors import Unauthenticated, grpc_trailers
 
 if TYPE_CHECKING:
     from reward_server.config import SecuritySettings
@@ -225,9 +225,7 @@ def _refusal(handler: grpc.RpcMethodHandler, exc: Unauthenticated) -> grpc.RpcMe
     """A handler of the same shape that aborts at once; the request is never deserialized."""
 
     async def deny(_request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(exc.grpc_code, f"{exc.field}: {exc.message}",
-                            trailing_metadata=(("compeer-error-code", exc.code.value),
-                                               ("compeer-error-field", exc.field)))
+        await context.abort(exc.grpc_code, f"{exc.field}: {exc.message}", trailing_metadata=grpc_trailers(exc))
 
     if handler.unary_unary:
         return grpc.unary_unary_rpc_method_handler(deny)

@@ -20,7 +20,7 @@ from typing import Self, TypeVar
 import grpc
 
 from reward_server.client_security import ClientSecurity
-from reward_server.errors import RETRY_AFTER_KEY
+from reward_server.errors import RETRY_AFTER_KEY, ErrorCode, code_for_grpc_status
 from reward_server.grpc import convert, dialogue_convert
 from reward_server.proto import pb, pb_grpc
 from reward_server.types import DialogueRequest, DialogueResponse, ErrorInfo, GroupRequest, GroupResponse, InfoResponse
@@ -29,7 +29,7 @@ __all__ = ["ClientSecurity", "RewardCallError", "RewardClient"]
 T = TypeVar("T")
 _MAX_MESSAGE = 256 * 1024 * 1024
 #: group-level error codes inside a batch answer that another attempt (another replica, later) may fix
-_RETRY_GROUP = ("RESOURCE_EXHAUSTED", "UNAVAILABLE")
+_RETRY_GROUP = frozenset({ErrorCode.RESOURCE_EXHAUSTED, ErrorCode.UNAVAILABLE})
 
 
 def _batch_call(msg: pb.ScoreBatchRequest) -> Callable[[pb_grpc.RewardServiceStub, float],
@@ -42,6 +42,15 @@ def _renumber(entry: GroupResponse | ErrorInfo, k: int, j: int) -> GroupResponse
     if isinstance(entry, ErrorInfo) and entry.field.startswith(f"groups[{k}]"):
         return ErrorInfo(entry.code, re.sub(r"^groups\[\d+\]", f"groups[{j}]", entry.field), entry.message)
     return entry
+
+
+def _call_error(exc: RewardCallError, field: str) -> ErrorInfo:
+    """A group's error from the call that carried it failing as a whole: the error table's code of its gRPC status
+    (INTERNAL, with the status named in the message, for one no front sends for a domain error)."""
+    code = code_for_grpc_status(exc.code)
+    if code is None:
+        return ErrorInfo(ErrorCode.INTERNAL, field, f"{exc.code.name}: {exc.details}")
+    return ErrorInfo(code, field, exc.details)
 
 
 def _retryable(entry: GroupResponse | ErrorInfo | None) -> bool:
@@ -179,7 +188,7 @@ class RewardClient:
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         out: list[GroupResponse | ErrorInfo | None] = [None] * len(groups)
         await self._send_batch(groups, list(range(len(groups))), out, deadline, 0)
-        return [o if o is not None else ErrorInfo("DEADLINE_EXCEEDED", f"groups[{j}]", "no answer")
+        return [o if o is not None else ErrorInfo(ErrorCode.DEADLINE_EXCEEDED, f"groups[{j}]", "no answer")
                 for j, o in enumerate(out)]
 
     async def _send_batch(self, groups: Sequence[GroupRequest], idx: list[int],
@@ -193,7 +202,7 @@ class RewardClient:
                 raise  # the caller's whole batch failed for another reason than load
             if exc.retry_after_s is None or attempt >= self.max_retries or not await self._wait(attempt, deadline):
                 for j in idx:
-                    out[j] = ErrorInfo(exc.code.name, f"groups[{j}]", exc.details)
+                    out[j] = _call_error(exc, f"groups[{j}]")
                 return
             # shed as a whole: that replica cools down for its hint; the halves go to the next ones
             half = (len(idx) + 1) // 2

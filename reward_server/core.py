@@ -27,6 +27,7 @@ from reward_server.admission import Admission
 from reward_server.cache import ResultCache, cache_key
 from reward_server.config import ServerConfig
 from reward_server.embeddings import Embedder
+from reward_server.error_codes import ErrorCode
 from reward_server.errors import DeadlineExceeded, InvalidArgument, NotReady, Overloaded, ServiceError
 from reward_server.metrics import Metrics
 from reward_server.results import Outcome, assemble, invalid_result, judgment_from_record, judgment_to_record
@@ -191,7 +192,7 @@ class RewardCore:
                 return exc.info()
 
         out = list(await asyncio.gather(*(one(i, g) for i, g in enumerate(groups))))
-        shed = [o for o in out if isinstance(o, ErrorInfo) and o.code == Overloaded.code.value]
+        shed = [o for o in out if isinstance(o, ErrorInfo) and o.code is Overloaded.code]
         if shed and len(shed) == sum(1 for g in groups if isinstance(g, GroupRequest)):
             # nothing was admitted: refuse the call as a whole, so the caller retries it elsewhere
             raise Overloaded(shed[0].message, "groups", retry_after_s=self.admission.retry_after_s())
@@ -270,11 +271,11 @@ class RewardCore:
             j = await asyncio.wait_for(self.judge.judge(history, reference, parsed, mode), self.config.judge_timeout_s)
         except TimeoutError:
             return Outcome(None, Status.TIMEOUT, error=ErrorInfo(
-                "DEADLINE_EXCEEDED", "", f"judging took longer than the per-candidate limit of "
+                ErrorCode.DEADLINE_EXCEEDED, "", f"judging took longer than the per-candidate limit of "
                 f"{self.config.judge_timeout_s} s"))
         except EngineError as exc:
             self.metrics.failures.labels("engine").inc()
-            return Outcome(None, Status.ENGINE_ERROR, error=ErrorInfo("INTERNAL", "", str(exc)))
+            return Outcome(None, Status.ENGINE_ERROR, error=ErrorInfo(ErrorCode.INTERNAL, "", str(exc)))
         self.metrics.judge_latency.labels(mode.value).observe(time.perf_counter() - t)
         self.metrics.judge_rounds.labels(mode.value).inc(j.generations)
         failed = [c for c in (*COMPONENTS, REPLY) if c in j.judged and j.verdicts.get(c) is None]

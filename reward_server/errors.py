@@ -1,26 +1,20 @@
-"""Domain errors and the ONE table mapping each to an HTTP status and a gRPC status code."""
+"""Domain errors and the ONE table mapping each code (:class:`ErrorCode`, ``reward_server/error_codes.py``) to an
+HTTP status and a gRPC status code; the gRPC trailing metadata of a failed call, built once for every front."""
 
 from __future__ import annotations
 
-import enum
-
 import grpc
 
+from reward_server.error_codes import ERROR_CODE_KEY, ERROR_FIELD_KEY, ErrorCode
 from reward_server.types import ErrorInfo
+
+__all__ = ["ERROR_TABLE", "RETRY_AFTER_KEY", "BodyTooLarge", "DeadlineExceeded", "ErrorCode", "Internal",
+           "InvalidArgument", "NotReady", "Overloaded", "ServiceError", "Unauthenticated", "Unscored",
+           "code_for_grpc_status", "grpc_trailers"]
 
 #: gRPC trailing-metadata key of the retry hint sent with a RESOURCE_EXHAUSTED from load shedding (milliseconds);
 #: its presence tells shedding apart from the transport's own RESOURCE_EXHAUSTED (a message over the size limit).
 RETRY_AFTER_KEY = "compeer-retry-after-ms"
-
-
-class ErrorCode(str, enum.Enum):
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    UNAVAILABLE = "UNAVAILABLE"
-    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
-    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-    INTERNAL = "INTERNAL"
-    UNSCORED = "UNSCORED"
-    UNAUTHENTICATED = "UNAUTHENTICATED"
 
 
 #: code -> (HTTP status, gRPC status). Both fronts read this table and nothing else.
@@ -35,6 +29,16 @@ ERROR_TABLE: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     ErrorCode.UNSCORED: (502, grpc.StatusCode.UNKNOWN),
     ErrorCode.UNAUTHENTICATED: (401, grpc.StatusCode.UNAUTHENTICATED),
 }
+#: gRPC status -> code, for a client that has only the status (a call that failed as a whole); UNSCORED is
+#: HTTP-only, and gRPC's UNKNOWN says nothing of which error it was
+_BY_GRPC_STATUS: dict[grpc.StatusCode, ErrorCode] = {
+    status: code for code, (_, status) in ERROR_TABLE.items() if code is not ErrorCode.UNSCORED}
+
+
+def code_for_grpc_status(status: grpc.StatusCode) -> ErrorCode | None:
+    """The code a gRPC status stands for in :data:`ERROR_TABLE`; None for a status no front sends for a domain
+    error (e.g. CANCELLED, UNIMPLEMENTED, UNKNOWN)."""
+    return _BY_GRPC_STATUS.get(status)
 
 
 class ServiceError(Exception):
@@ -48,7 +52,7 @@ class ServiceError(Exception):
         self.message = message
 
     def info(self) -> ErrorInfo:
-        return ErrorInfo(code=self.code.value, field=self.field, message=self.message)
+        return ErrorInfo(code=self.code, field=self.field, message=self.message)
 
     @property
     def http_status(self) -> int:
@@ -112,3 +116,10 @@ class Unauthenticated(ServiceError):
     """No bearer token, or one the server does not accept (``reward_server.auth``)."""
 
     code = ErrorCode.UNAUTHENTICATED
+
+
+def grpc_trailers(exc: ServiceError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata of a call that failed with ``exc``: its code and field, and the retry hint of a call
+    shed for load (milliseconds; its presence tells shedding apart from the transport's own RESOURCE_EXHAUSTED)."""
+    retry = ((RETRY_AFTER_KEY, str(round(exc.retry_after_s * 1000))),) if isinstance(exc, Overloaded) else ()
+    return ((ERROR_CODE_KEY, exc.code.value), (ERROR_FIELD_KEY, exc.field), *retry)

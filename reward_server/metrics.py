@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from reward_server.error_codes import ErrorCode
+
 log = logging.getLogger(__name__)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -71,7 +73,7 @@ class Metrics:
             code = "CANCELLED"
             raise
         except Exception as exc:
-            code = "INTERNAL"
+            code = ErrorCode.INTERNAL.value
             log.exception("unhandled error in %s %s", transport, method)
             raise Internal(f"internal error: {type(exc).__name__}") from exc
         finally:

@@ -18,8 +18,8 @@ A call that fails raises :class:`CompeerRewardError` naming the HTTP status and 
 UNSCORED (field query[0]): ...``), and logs it at ERROR first: OpenRLHF catches the exception, logs it at INFO and
 leaves the sample without a reward, which stops the run later with an error of its own. Like ``POST /get_reward``
 itself, it never makes a reward up; start the service with ``--get-reward-failure-reward`` to train through unscored
-samples instead. It imports only the standard library (and ``trainer_http.py`` beside it), so OpenRLHF's workers
-need no compeer install.
+samples instead. It imports only the standard library (and ``trainer_http.py`` and ``error_codes.py`` beside it), so
+OpenRLHF's workers need no compeer install.
 """
 
 from __future__ import annotations

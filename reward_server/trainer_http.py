@@ -2,7 +2,8 @@
 ``reward_server/verl.py``): one JSON POST with a bearer token, retried within a deadline.
 
 It imports nothing but the standard library, so a trainer's workers can load it without compeer installed (the
-reward function files load it by path from beside them when ``reward_server`` is not importable).
+reward function files load it by path from beside them when ``reward_server`` is not importable; it loads the error
+codes, ``error_codes.py``, from beside itself the same way).
 
 Retried: HTTP 429 (the service shed the call) and 503 (not ready), and connection failures (refused, reset), each
 after the ``Retry-After`` the service sent or else a backoff doubling from 0.5 s to 8 s, as long as the deadline
@@ -31,6 +32,21 @@ from email.message import Message
 from pathlib import Path
 from typing import Any
 
+try:
+    from reward_server import error_codes as _codes
+except ImportError:  # loaded by path where compeer is not installed: the module beside this file
+    import importlib.util as _util
+    import sys as _sys
+
+    if "_compeer_error_codes" not in _sys.modules:
+        _spec = _util.spec_from_file_location("_compeer_error_codes", Path(__file__).with_name("error_codes.py"))
+        assert _spec is not None and _spec.loader is not None, "error_codes.py must be beside this file"
+        _sys.modules[_spec.name] = _util.module_from_spec(_spec)
+        _spec.loader.exec_module(_sys.modules[_spec.name])
+    _codes = _sys.modules["_compeer_error_codes"]
+
+ErrorCode = _codes.ErrorCode
+
 #: answers worth another try: shed (429) and not ready (503)
 RETRY_STATUSES = frozenset({429, 503})
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
@@ -41,9 +57,10 @@ _TURN = itertools.count()
 
 class CompeerRewardError(RuntimeError):
     """The service did not score (or could not be asked); the message says why. ``status`` is the HTTP status of
-    the service's last answer (None: no answer), ``code`` its error code (e.g. ``UNSCORED``)."""
+    the service's last answer (None: no answer), ``code`` its error code (e.g. ``ErrorCode.UNSCORED``; None: no
+    answer, or a code this client does not know, which the message still names)."""
 
-    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, code: _codes.ErrorCode | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -94,7 +111,7 @@ class Remote:
 
 
 class _Retry(Exception):
-    def __init__(self, why: str, wait_s: float | None, status: int | None, code: str | None) -> None:
+    def __init__(self, why: str, wait_s: float | None, status: int | None, code: _codes.ErrorCode | None) -> None:
         super().__init__(why)
         self.why, self.wait_s, self.status, self.code = why, wait_s, status, code
 
@@ -107,7 +124,7 @@ def _retry_after(headers: Message | None) -> float | None:
         return None
 
 
-def _describe(url: str, status: int, raw: bytes) -> tuple[str, str | None]:
+def _describe(url: str, status: int, raw: bytes) -> tuple[str, _codes.ErrorCode | None]:
     """``(message, error code)`` of an error answer: the service's ``{"error": {code, field, message}}``."""
     try:
         err = json.loads(raw).get("error") or {}
@@ -115,7 +132,7 @@ def _describe(url: str, status: int, raw: bytes) -> tuple[str, str | None]:
     except (ValueError, AttributeError):
         code, field, msg = None, None, raw.decode("utf-8", "replace")[:300]
     where = f" (field {field})" if field else ""
-    return f"{url} answered HTTP {status}{' ' + code if code else ''}{where}: {msg}", code
+    return f"{url} answered HTTP {status}{f' {code}' if code else ''}{where}: {msg}", _codes.parse_code(code)
 
 
 def _attempt(url: str, data: bytes | None, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.verdicts import Preference
 from judge.settings import setting
+from reward_server.error_codes import ErrorCode
 
 #: The modes the service serves. In mode ``reply`` a candidate is a plain reply (its ``<response>`` part when it has
 #: one, else its text without tags), judged point-wise with no reference: the result's ``reply`` verdict and
@@ -35,12 +36,12 @@ class Status(str, enum.Enum):
 class ErrorInfo:
     """A domain error as data: the code of the error table, the offending field path and the message."""
 
-    code: str
+    code: ErrorCode
     field: str
     message: str
 
     def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "field": self.field, "message": self.message}
+        return {"code": self.code.value, "field": self.field, "message": self.message}
 
 
 @dataclass(frozen=True)

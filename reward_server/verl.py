@@ -6,10 +6,10 @@ Point veRL (>= 0.9: only ``reward.custom_reward_function.*`` is read) at this fi
     reward.custom_reward_function.name=compute_score_async \\
     +reward.custom_reward_function.reward_kwargs.url=http://reward:8000
 
-The file imports nothing but the standard library (and ``trainer_http.py`` beside it), so veRL can load it by path
-into workers where compeer is not installed. veRL's reward managers (``naive``, ``rate_limited``, ...) call
-``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)`` per response, awaiting it
-when it is a coroutine function (:func:`compute_score_async`) and running it in a thread otherwise:
+The file imports nothing but the standard library (and ``trainer_http.py`` and ``error_codes.py`` beside it), so veRL
+can load it by path into workers where compeer is not installed. veRL's reward managers (``naive``, ``rate_limited``,
+...) call ``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)`` per response, awaiting
+it when it is a coroutine function (:func:`compute_score_async`) and running it in a thread otherwise:
 
 * ``solution_str``: the policy's decoded response, the candidate (CER output).
 * ``ground_truth`` (the row's ``reward_model.ground_truth``): the reference reply, or empty/None for none (then use a
@@ -150,7 +150,7 @@ def _failed(settings: _Settings, exc: Exception, what: str) -> dict[str, Any]:
         raise exc
     if isinstance(exc, NotScored):
         status = exc.result_status
-    elif isinstance(exc, ValueError) or getattr(exc, "code", None) == "INVALID_ARGUMENT":
+    elif isinstance(exc, ValueError) or getattr(exc, "code", None) == _http.ErrorCode.INVALID_ARGUMENT:
         status = "invalid_input"  # the row (history) or the group the service refused (422)
     else:
         status = "call_failed"

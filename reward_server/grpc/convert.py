@@ -5,6 +5,7 @@ from __future__ import annotations
 from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.verdicts import Preference
+from reward_server.error_codes import ErrorCode, parse_code
 from reward_server.errors import InvalidArgument
 from reward_server.proto import pb
 from reward_server.types import (
@@ -76,11 +77,16 @@ def group_request_from_pb(msg: pb.ScoreGroupRequest, prefix: str = "") -> GroupR
 
 # ---- responses ------------------------------------------------------------------------------------------------
 def error_to_pb(err: ErrorInfo) -> pb.Error:
-    return pb.Error(code=err.code, field=err.field, message=err.message)
+    return pb.Error(code=err.code.value, field=err.field, message=err.message)
 
 
 def error_from_pb(msg: pb.Error) -> ErrorInfo:
-    return ErrorInfo(code=msg.code, field=msg.field, message=msg.message)
+    """A group's error as the client reads it; a code it does not know (a newer server's) is INTERNAL, with the
+    code the server sent kept at the head of the message."""
+    code = parse_code(msg.code)
+    if code is None:
+        return ErrorInfo(code=ErrorCode.INTERNAL, field=msg.field, message=f"{msg.code}: {msg.message}")
+    return ErrorInfo(code=code, field=msg.field, message=msg.message)
 
 
 def _sampling_to_pb(s: SamplingInfo) -> pb.SamplingParams:

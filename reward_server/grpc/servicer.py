@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError, Message
 
 from reward_server.core import RewardCore
 from reward_server.dialogue import score_dialogue
-from reward_server.errors import RETRY_AFTER_KEY, InvalidArgument, Overloaded, ServiceError
+from reward_server.errors import InvalidArgument, ServiceError, grpc_trailers
 from reward_server.grpc import convert, dialogue_convert
 from reward_server.proto import pb, pb_grpc
 from reward_server.types import ErrorInfo, GroupRequest
@@ -63,10 +63,8 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
             with self.core.metrics.track("grpc", method):
                 return await fn()
         except ServiceError as exc:
-            retry = ((RETRY_AFTER_KEY, str(round(exc.retry_after_s * 1000))),) if isinstance(exc, Overloaded) else ()
             await context.abort(exc.grpc_code, f"{exc.field}: {exc.message}" if exc.field else exc.message,
-                                trailing_metadata=(("compeer-error-code", exc.code.value),
-                                                   ("compeer-error-field", exc.field), *retry))
+                                trailing_metadata=grpc_trailers(exc))
             raise AssertionError("unreachable: context.abort raises") from exc
 
     async def ScoreGroup(self, request: pb.ScoreGroupRequest | Undecodable, context: Any) -> pb.ScoreGroupResponse:

@@ -99,7 +99,8 @@ class Error(_Response):
     """A domain error: the error table's code, the offending field path (e.g. ``groups[2].candidates[3]``) and a
     message naming the limit and the remedy."""
 
-    code: str
+    # a string, as in the proto: a newer server may send a code this schema does not list
+    code: str = Field(description=f"one of {', '.join(ErrorCode)} (reward_server/error_codes.py)")
     field: str
     message: str
 

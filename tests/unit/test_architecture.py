@@ -20,13 +20,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST_PARTY = ("cer", "judge", "reward_server", "reward_trainer", "data_builder", "policy_trainer", "evaluator",
-               "compeer_loop", "compeer_cli", "compeer", "bench", "tests")
+               "compeer_loop", "compeer_cli", "compeer_proto", "compeer", "bench", "tests")
 
 #: package -> the first-party modules (or module prefixes) it may import besides itself.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "cer": (),
     "judge": ("cer",),
-    "reward_server": ("cer", "judge", "compeer.reward.v1"),
+    "reward_server": ("cer", "judge", "compeer_proto.reward.v1"),
     "data_builder": ("cer", "judge"),
     # the D/R/P ablation builds its training sets with the emit stage's functions; the reward AUC orders its kinds of
     # negative as the contrast stage lists them
@@ -194,4 +194,4 @@ def test_the_readme_architecture_section_is_this_table() -> None:
         name = name.split()[0]
         deps = re.sub(r"\([^)]*\)", "", deps)  # comments in parentheses
         documented[name] = {d.strip() for d in re.split(r"[,+]", deps) if d.strip()}
-    assert documented == {package: set(allowed) - {"compeer.reward.v1"} for package, allowed in ALLOWED.items()}
+    assert documented == {package: set(allowed) - {"compeer_proto.reward.v1"} for package, allowed in ALLOWED.items()}

@@ -86,6 +86,17 @@ def test_cuda_image_uses_the_cuda_extra() -> None:
     assert any(dep.startswith("vllm") for dep in extras["cuda"])
 
 
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
+def test_images_generate_the_grpc_code_as_make_proto_does(name: str) -> None:
+    """The one generator (proto/generate.py) writes compeer_proto/; the image checks that it imports."""
+    recipe = re.search(r"^compeer_proto/reward/v1/reward_pb2\.py:.*\n\t(.+)$", (ROOT / "Makefile").read_text(),
+                       re.MULTILINE)
+    assert recipe is not None and recipe.group(1) == "$(BIN)/python proto/generate.py"
+    text = "\n".join(args for stage in dockerfile_stages(DOCKER / name) for _, args in stage)
+    assert "python proto/generate.py" in text and "grpc_tools.protoc" not in text
+    assert "import compeer_proto.reward.v1.reward_pb2, reward_server.cli" in text
+
+
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_hadolint_passes(name: str) -> None:
     out = subprocess.run([_hadolint(), "--no-color", str(DOCKER / name)], capture_output=True, text=True,
@@ -104,7 +115,7 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
 def test_dockerignore_keeps_local_state_out_and_the_wheel_folder_in() -> None:
     patterns = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")}
-    assert {".venv", ".git", "runs", "bench/results", "compeer", "**/__pycache__"} <= patterns
+    assert {".venv", ".git", "runs", "bench/results", "compeer_proto", "**/__pycache__"} <= patterns
     assert not patterns & {"proto", "requirements", "reward_server", "cer", "pyproject.toml", "deploy"}
     assert (DOCKER / "wheels" / ".gitignore").read_text().strip() == "*.whl"
 

@@ -20,6 +20,7 @@ from cer.modes import JudgeMode
 from reward_server.client import RewardCallError
 from reward_server.types import (
     CandidateResult,
+    ErrorCode,
     ErrorInfo,
     FormatResult,
     GroupMeta,
@@ -112,7 +113,7 @@ class FakeRewardClient:
         out: list[GroupResponse | ErrorInfo] = []
         for i, g in enumerate(groups):
             if i in self.reject_groups:
-                out.append(ErrorInfo("INVALID_ARGUMENT", f"groups[{i}].reference", "fake rejection"))
+                out.append(ErrorInfo(ErrorCode.INVALID_ARGUMENT, f"groups[{i}].reference", "fake rejection"))
                 continue
             mode = g.options.mode or JudgeMode.UNIFIED
             out.append(GroupResponse(results=[_result(self.table[c] if c in self.table else self.default(c), mode,
