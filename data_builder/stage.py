@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,7 +67,7 @@ class StageRun:
         manifest = {
             "stage": self.stage,
             "command": command_line(self.argv),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "elapsed_s": round(time.monotonic() - self.started, 3),
             "inputs": [{"path": str(p), "sha256": file_digest(p)} for p in self.inputs if Path(p).is_file()],
             "params": self.params,

@@ -227,7 +227,7 @@ class CompeerReward:
                 stats.timeouts += sum(len(r.candidates) for r in requests)
             log.warning("reward ScoreBatch failed: %s %s", exc.code.name, exc.address)
             return None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             stats.call_failures += 1
             stats.timeouts += sum(len(r.candidates) for r in requests)
             log.warning("reward ScoreBatch gave no answer within %.1f s; rewards of this batch are None", timeout)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterable, Sequence
 from importlib import metadata
 
-import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -197,7 +197,6 @@ def test_prune_keeps_the_serving_closure_and_drops_the_rest() -> None:
 def test_package_data_ships_every_data_file_of_the_packages() -> None:
     """A regular (non-editable) install, as in the images, carries every file the packages read at run time."""
     import fnmatch
-
     import tomllib
 
     setuptools_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]

@@ -113,7 +113,7 @@ async def rate_limited_run_single(compute_score: Any, data_source: str, solution
         result = await asyncio.wait_for(_compute(compute_score, data_source, solution_str, ground_truth, extra_info),
                                         timeout=timeout)
         reward = _unpack(result, reward_extra_info)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         logger.warning(f"Reward computation timed out after {timeout}s for data_source={data_source}.")
         reward = 0.0
         reward_extra_info["timeout"] = True

@@ -80,7 +80,7 @@ or pass JUDGE_BACKEND=transformers explicitly" >&2; return 1; }
 
 budget_left() { echo $(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) )); }
 start_server() {  # the judge server in the background ($SERVER), ready or failed with its log's tail
-  [ -f compeer/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer\"" >&2; return 1; }
+  [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; return 1; }
   need_vllm || return 1
   echo "judge engine: $JUDGE_BACKEND${JUDGE_RATIONALE_BOUND:+ (rationale bound $JUDGE_RATIONALE_BOUND)}"
   prepare || return 1

@@ -17,7 +17,7 @@
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
 #            --rationale-bound $RATIONALE_BOUND, default counted: the fastest on the H200, docs/gpu.md) and one
 #            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
-#            log and the replies' summary to $OUT. Carry "compeer" (the generated gRPC code the server imports); a
+#            log and the replies' summary to $OUT. Carry "compeer_proto" (the generated gRPC code the server imports); a
 #            server that exits before it is ready fails the call at once with its log's tail
 set -uo pipefail
 S=/tmp/cp-stage V=/tmp/cp-vllm B=/tmp/vllm-bench
@@ -133,7 +133,7 @@ wait)
   wait_bench
   ;;
 serve)
-  [ -f compeer/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer\"" >&2; exit 1; }
+  [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; exit 1; }
   python3 -m reward_server.cli serve --backend vllm --device cuda --model default \
     --rationale-bound "${RATIONALE_BOUND:-counted}" --embedding-model "$S"/minilm-q8 --cache off \
     --host 127.0.0.1 --grpc-port 50051 --http-port 8000 > "$OUT"/server.log 2>&1 &

@@ -188,7 +188,7 @@ class TransformersEngine(Engine):
             self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         while self._queue and self._queue[0].cancelled:
             self._queue.popleft()
