@@ -182,6 +182,10 @@ class ServerConfig:
             raise ValueError(f"max_waiting_groups {self.max_waiting_groups}: expected >= 0, or -1 for no bound")
         if self.admission_window_s < 0:
             raise ValueError(f"admission_window_s {self.admission_window_s}: expected >= 0 seconds (0: off)")
+        if self.admission_window_s > self.judge_timeout_s:
+            raise ValueError(f"admission_window_s {self.admission_window_s}: expected <= judge_timeout_s "
+                             f"({self.judge_timeout_s} s): work admitted for longer than a candidate may take would "
+                             "time out instead of being refused")
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes {self.max_body_bytes}: expected >= 1024")
         self.security.validate()

@@ -324,6 +324,9 @@ def test_config_validation_names_the_remedy() -> None:
         ServerConfig(grpc_port=9000, http_port=9000).validate()
     with pytest.raises(ValueError, match="expected one of"):
         ServerConfig(engine=EngineConfig(backend="tgi")).validate()
+    with pytest.raises(ValueError, match=r"admission_window_s 200.0: expected <= judge_timeout_s \(120.0 s\)"):
+        ServerConfig(admission_window_s=200.0).validate()
+    ServerConfig(admission_window_s=120.0).validate()  # up to the judge limit
 
 
 async def test_client_round_robin_retries_only_unavailable(svc: Service) -> None:
