@@ -39,7 +39,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, dest=f.name, nargs="*", default=None, help=help_text)
         else:
             kind = type(default) if default is not None else str
-            kind = int if f.name == "eval_limit" else kind
+            kind = int if f.name in ("eval_limit", "max_concurrent_arms") else kind
             p.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
 
 
@@ -140,8 +140,16 @@ def _status(root: Path) -> int:
         return 1
     st = json.loads(path.read_text())
     print(f"elapsed {st.get('elapsed_s', 0):.0f} s; servers: " + ", ".join(f"{k} {v}" for k, v in st["servers"].items()))
+    if st.get("machine"):
+        m, p = st["machine"], st.get("placement") or {}
+        print(f"machine {m.get('hostname')} ({m.get('gpus')}); judge servers on card {p.get('judge_card')}, arms on "
+              f"{', '.join(p.get('arm_cards') or []) or 'the same'}")
     for name, a in sorted(st["arms"].items()):
         print(f"  arm {name}: {a.get('status')} step {a.get('step')}/{a.get('max_steps')}  ({a.get('title')})")
+        for j in a.get("judge", []):
+            print(f"    judge {j['server']}: {j['model']} ({j['revision']}), adapter {j['adapter'] or 'none'}")
+        if a.get("ran_on"):
+            print(f"    ran on {a['ran_on']}")
     for name, e in sorted(st["eval"].items()):
         print(f"  eval {name}: {e}")
     done = root / "DONE"

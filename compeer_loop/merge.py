@@ -22,7 +22,8 @@ from compeer_loop.runner import PLAN_FILE, STATE_FILE, load_settings
 RESTORED = "RESTORED"
 MANIFEST = "prompts-manifest.json"
 #: plan fields that may differ between merged folders (what ran where); every other setting must be equal
-MAY_DIFFER = ("arms", "eval_policies", "prm_adapter", "orm_adapter")
+#: (``cards`` and ``max_concurrent_arms`` place processes on a machine's GPUs; they change no number)
+MAY_DIFFER = ("arms", "eval_policies", "prm_adapter", "orm_adapter", "cards", "max_concurrent_arms")
 
 
 def _state(root: Path) -> dict[str, Any]:
@@ -91,7 +92,8 @@ def merge_roots(sources: list[Path], out: Path) -> LoopSettings:
         state["eval"][policy] = states[sources.index(owner)].get("eval", {}).get(policy, "done")
     for src, st in zip(sources, states):
         state["parts"].append({"root": src.name, "elapsed_s": st.get("elapsed_s", 0.0), "arms": trained[src],
-                               "eval": evaluated[src]})
+                               "eval": evaluated[src], "machine": st.get("machine"),
+                               "placement": st.get("placement")})
         if (src / MANIFEST).exists() and not (out / MANIFEST).exists():
             shutil.copy2(src / MANIFEST, out / MANIFEST)
     state["elapsed_s"] = sum(p["elapsed_s"] for p in state["parts"])

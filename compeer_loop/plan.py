@@ -88,10 +88,18 @@ class LoopSettings:
     embedding_model: str = field(default="default", metadata=_help("reward servers' --embedding-model"))
     prm_adapter: str | None = field(default=None, metadata=_help("PRM judge adapter folder (arm f)"))
     orm_adapter: str | None = field(default=None, metadata=_help("ORM judge adapter folder (arm f)"))
-    max_concurrent_arms: int = field(default=2, metadata=_help(
-        "GRPO arms trained at once on the GPU; one arm at max_completion_length 160 on ESConv prompts held 48-74 GB "
-        "on an H200 (more while its completions stay long), so 2 on a 140 GB GPU, 1 on an 80 GB one; an arm that "
-        "runs out of GPU memory beside others runs again alone (not a failed try), and one at a time from then on"))
+    max_concurrent_arms: int | None = field(default=None, metadata=_help(
+        "GRPO arms trained at once; unset: one per arm card on a machine with several GPUs (the judge servers on the "
+        "first card, the arms on the others), 2 where the arms share one card. One arm at max_completion_length 160 "
+        "on ESConv prompts held 48-74 GB on an H200 (more while its completions stay long), so 2 on a 140 GB card, 1 "
+        "on an 80 GB one; an arm that runs out of GPU memory beside another on its card runs again alone (not a "
+        "failed try), and one arm per card from then on"))
+    cards: list[str] = field(default_factory=list, metadata=_help(
+        "GPU cards the driver places processes on (CUDA_VISIBLE_DEVICES entries; the first gets the judge servers "
+        "and evaluations, the others the arms); empty: CUDA_VISIBLE_DEVICES or every card nvidia-smi lists"))
+    judge_probe_groups: int = field(default=8, metadata=_help(
+        "groups (2 CER candidates each, from the first warm-up rows) every GRPO arm's judge scores before the arm "
+        "trains; their component means go to ROOT/<arm>/judge.json and the report"))
     max_restarts: int = field(default=2, metadata=_help("times a failed arm is resumed from its last checkpoint"))
     eval_policies: list[str] = field(default_factory=lambda: [BASE_POLICY, *(a.name for a in ARMS)],
                                      metadata=_help("policies evaluated (arms + `base`)"))
@@ -116,7 +124,10 @@ class LoopSettings:
             raise ValueError("steps, warmup_steps and save_steps must be >= 1 (every GRPO arm starts from the warm-up)")
         if self.esc_cards < 0 or self.esc_rounds < 1:
             raise ValueError(f"esc_cards must be >= 0 and esc_rounds >= 1 (got {self.esc_cards}, {self.esc_rounds})")
-        if self.max_concurrent_arms < 1:
+        if self.judge_probe_groups < 1:
+            raise ValueError(f"judge_probe_groups must be >= 1 (got {self.judge_probe_groups}): the probe is the "
+                             "control that each arm's judge scores what its plan says")
+        if self.max_concurrent_arms is not None and self.max_concurrent_arms < 1:
             raise ValueError(f"max_concurrent_arms must be >= 1 (got {self.max_concurrent_arms})")
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device {self.device!r}: expected cuda or cpu")

@@ -1,11 +1,16 @@
-"""Processes and files the loop's driver watches: whether a process lives, whether it died out of GPU memory, and
-the sha256 of the warm-up adapter every GRPO arm starts from."""
+"""Processes and files the loop's driver watches: whether a process lives, whether it died out of GPU memory, the
+sha256 of the warm-up adapter every GRPO arm starts from, and stopping the reward servers a loop started."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import signal
+import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 def file_sha256(path: Path) -> str | None:
@@ -48,3 +53,22 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def stop_servers(root: Path, wait_s: float = 30.0) -> None:
+    """SIGTERM the reward servers this loop started (pids in ``ROOT/servers``) and wait until they are gone (SIGKILL
+    after ``wait_s``), so that a finished driver leaves no server shutting down (and holding GPU memory) behind."""
+    stopping = []
+    for pid_file in sorted((root / "servers").glob("*.pid")):
+        pid = int(pid_file.read_text().strip() or 0)
+        if pid > 0 and alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            stopping.append((pid_file.stem, pid))
+    deadline = time.time() + wait_s
+    for name, pid in stopping:
+        while alive(pid) and time.time() < deadline:
+            time.sleep(0.2)
+        if alive(pid):
+            log.warning("%s (pid %d) still running %.0f s after SIGTERM: SIGKILL", name, pid, wait_s)
+            os.kill(pid, signal.SIGKILL)
+        log.info("stopped %s (pid %d)", name, pid)

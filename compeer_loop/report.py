@@ -16,6 +16,7 @@ from typing import Any
 from compeer_loop.evaluate import ESC_FILE
 from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
 from compeer_loop.prompts import read_jsonl
+from compeer_loop.report_runs import gpu_section, judges_and_machines, trained_against
 from compeer_loop.runner import STATE_FILE, load_settings
 from compeer_loop.stats import add_item_figures, disjoint, judge_follows, summarise
 from evaluator.esc_eval import flat_note
@@ -75,15 +76,17 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = None) -> str:
-    steps = eval_steps or {}
-    head = "| policy | prompts (answered / judged) | " + " | ".join(t for _, t in COLUMNS) + " |"
-    rows = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = None,
+          judges: dict[str, str] | None = None) -> str:
+    """Policies x metrics; ``judges``: per GRPO arm, the judge it trained against (base, revision, adapter)."""
+    steps, judges = eval_steps or {}, judges or {}
+    head = "| policy | prompts (answered / judged) | " + " | ".join(t for _, t in COLUMNS) + " | trained against |"
+    rows = [head, "|" + "---|" * (len(COLUMNS) + 3)]
     for name, summary in figs.items():
         f = summary["figures"]
         at = f" @ step {steps[name]}" if name in steps else ""
         rows.append(f"| {policy_label(name)}{at} | {summary['prompts']} ({summary['answered']} / {summary['judged_ok']}) | "
-                    + " | ".join(_cell(f.get(k)) for k, _ in COLUMNS) + " |")
+                    + " | ".join(_cell(f.get(k)) for k, _ in COLUMNS) + f" | {judges.get(name, '—')} |")
     return "\n".join(rows)
 
 
@@ -290,29 +293,6 @@ def side_by_side(root: Path, s: LoopSettings, k: int = 3) -> str:
     return "\n\n".join(parts)
 
 
-def _gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
-    lines = [(f"Driver wall time on the GPU machine: {state.get('elapsed_s', 0):.0f} s (servers, warm-up, arms, "
-              "evaluation).")]
-    if state.get("parts"):  # `compeer-loop merge`: folders trained on different machines
-        lines = [(f"Driver wall time on the GPU machines: {state.get('elapsed_s', 0):.0f} s in all, "
-                 f"{len(state['parts'])} loop folders merged (same settings; every GRPO arm from the warm-up with "
-                 f"sha256 {str(state.get('warmup_sha256', 'not recorded'))[:12]}):")]
-        lines += [f"- {p['root']}: {p['elapsed_s']:.0f} s; trained {', '.join(p['arms']) or 'nothing'}; evaluated "
-                  f"{', '.join(p['eval']) or 'nothing'}" for p in state["parts"]]
-        lines.append("")
-    for name, a in sorted(state.get("arms", {}).items()):
-        secs = f", {a['seconds']:.0f} s" if "seconds" in a else ""
-        restarts = state.get("restarts", {}).get(name)
-        again = f", resumed {restarts} time(s) after a crash" if restarts else ""
-        step = f"step {a['step']}/{a.get('max_steps')}" if a.get("step") is not None else f"{a.get('max_steps')} steps"
-        lines.append(f"- arm ({name}): {a.get('status')}, {step}{secs}{again}")
-    for name, e in sorted(state.get("eval", {}).items()):
-        lines.append(f"- evaluation of {name}: {e}")
-    if gpu_log is not None and gpu_log.exists():
-        lines += ["", "GPU calls (as logged by the lead):", "```", gpu_log.read_text().strip(), "```"]
-    return "\n".join(lines)
-
-
 def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int = 1000,
                  eval_steps: dict[str, int] | None = None, notes: Path | None = None) -> Path:
     """Write report.md, figures.json and the curves into ``out``; returns the report's path.
@@ -339,7 +319,7 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         f"bootstrap 95% over prompts ({n_boot} resamples)."),
         "",
         "## Arms x metrics",
-        table(figs, eval_steps),
+        table(figs, eval_steps, trained_against(root, s)),
         "",
         "## The issue's goals, checked against these figures",
         *[f"- {g}" for g in goals(figs)],
@@ -348,6 +328,9 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         conclusion(goals(figs), root, s, eval_steps),
         "",
         *([notes.read_text().strip(), ""] if notes is not None else []),
+        "## The judge each arm trained against, and where it ran",
+        judges_and_machines(root, s),
+        "",
         "## ESC-Eval-style evaluation (cards from valid dialogues)",
         esc_section(root, s),
         "",
@@ -381,7 +364,7 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         "```",
         "",
         "## GPU time and run status",
-        _gpu_section(state, gpu_log),
+        gpu_section(state, gpu_log),
     ]
     path = out / "report.md"
     path.write_text("\n".join(text) + "\n")

@@ -1,6 +1,11 @@
 """The resumable arm runner: one driver process that starts the reward servers the arms need, runs the warm-up
-(arm a), then the GRPO arms, ``max_concurrent_arms`` at a time (one ``compeer-train grpo`` process each, on the
-same GPU), then the evaluation of every policy, writing ``ROOT/state.json`` as it goes.
+(arm a), then the GRPO arms, ``max_concurrent_arms`` at a time (one ``compeer-train grpo`` process each), then the
+evaluation of every policy, writing ``ROOT/state.json`` as it goes.
+
+Before a GRPO arm trains, its judge servers are checked against the plan and probed (:mod:`compeer_loop.controls`;
+a judge that is not what the plan says stops the arm). Processes are placed on the machine's cards
+(:mod:`compeer_loop.placement`: judge servers and evaluations on the first, arms on the others; one card: all on
+it), and each arm's launches record the machine and card.
 
 Everything it does is idempotent, so a killed driver (or a killed arm) continues where it stopped when started
 again: a server that answers ``/readyz`` on its port is reused; an arm with ``OUT/final/`` is done; an arm with a
@@ -15,7 +20,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compeer_loop.controls import JudgeControlError, read_judge_record, verify_arm
+from compeer_loop.placement import (
+    card_env,
+    default_concurrency,
+    detect_cards,
+    machine_info,
+    pick_card,
+    plan_placement,
+    read_launches,
+    record_launch,
+    where_ran,
+)
 from compeer_loop.plan import (
     ARM_BY_NAME,
     Arm,
@@ -36,7 +52,9 @@ from compeer_loop.plan import (
     server_argv,
     warmup_argv,
 )
-from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory
+from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory, stop_servers
+
+__all__ = ["Driver", "load_settings", "policy_dir", "stop_servers"]
 
 log = logging.getLogger(__name__)
 PLAN_FILE, STATE_FILE, DONE_FILE = "plan.json", "state.json", "DONE"
@@ -98,6 +116,11 @@ class Driver:
             self.state["started"] = old.get("started", self.state["started"])
             self.state["restarts"] = old.get("restarts", {})
         self.state.setdefault("restarts", {})
+        cards = list(settings.cards) or (detect_cards() if settings.device == "cuda" else [])
+        self.placement = plan_placement(cards)
+        self.state["machine"], self.state["placement"] = machine_info(), self.placement.to_json()
+        self.probes: dict[str, dict[str, Any]] = {}  # each judge server's probe, taken once per driver
+        self.cards: dict[str, str | None] = {}  # the card of each arm started or adopted
         self.evaluate = True
         self.eval_jobs: dict[str, Job] = {}
         self.failed_evals: set[str] = set()
@@ -137,7 +160,7 @@ class Driver:
             if self._adopt(f"server-{j.name}", self.root / "servers" / f"{j.name}.pid") is None:
                 # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the cores
                 self._spawn(f"server-{j.name}", server_argv(j, self.s), self.root / "servers" / f"{j.name}.pid",
-                            {"TOKENIZERS_PARALLELISM": "true"})
+                            {"TOKENIZERS_PARALLELISM": "true", **card_env(self.placement.judge_card)})
             self.state["servers"][j.name] = "starting"
 
     def wait_servers(self, names: set[str]) -> bool:
@@ -165,23 +188,46 @@ class Driver:
             if lines:
                 out["step"] = json.loads(lines[-1]).get("step")
         out["max_steps"] = self.s.steps if arm.grpo else self.s.warmup_steps
+        record = read_judge_record(self.root / arm.name)
+        if record is not None:  # what the arm was verified to train against (controls.verify_arm)
+            out["judge"] = [{"server": j["server"], **{k: j["served"].get(k) for k in ("model", "revision", "adapter")}}
+                            for j in record["judges"]]
+        launches = read_launches(self.root / arm.name)
+        if launches:
+            out["ran_on"] = where_ran(launches)
         return out
 
-    def _launch_arm(self, arm: Arm) -> Job:
+    def _launch_arm(self, arm: Arm, card: str | None) -> Job:
         out = self.root / arm.name
         adopted = self._adopt(arm.name, out / "pid")
         if adopted is not None:
             return adopted
+        resume = any(p.name.startswith("checkpoint-") for p in out.iterdir()) if out.is_dir() else False
+        record_launch(out, self.state["machine"], card, resume)
         if not arm.grpo:
-            return self._spawn(arm.name, warmup_argv(self.s, self.root), out / "pid")
+            return self._spawn(arm.name, warmup_argv(self.s, self.root), out / "pid", card_env(card))
         target = out / WARMUP_ADAPTER  # every GRPO arm starts from arm (a)'s warm-up (reused, never retrained)
         if not target.exists():
             shutil.copytree(self.root / "a" / WARMUP_ADAPTER, target)
-        resume = any(p.name.startswith("checkpoint-") for p in out.iterdir()) if out.is_dir() else False
-        # arms share one GPU: the expandable allocator wastes less memory in half-used blocks (an OOM beside another
+        # arms may share a GPU: the expandable allocator wastes less memory in half-used blocks (an OOM beside another
         # arm showed 5.6 GB reserved but unallocated); allocation only, no effect on the numbers
-        env = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")}
+        env = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+               **card_env(card)}
         return self._spawn(arm.name, grpo_argv(arm, self.s, self.root, self.servers, resume), out / "pid", env)
+
+    def _start(self, arm: Arm, running: set[str]) -> Job | None:
+        """Check a GRPO arm's judges (None, the arm marked failed, when one is not what the plan says), then launch
+        it on the arm card with the fewest of ``running``."""
+        if arm.grpo:
+            try:
+                verify_arm(arm, self.s, self.servers, self.root / arm.name, self.probes)
+            except JudgeControlError as exc:
+                log.error("arm %s not trained: %s", arm.name, exc)
+                self.state["arms"][arm.name] = {**self.arm_status(arm), "status": f"failed: {exc}"}
+                return None
+        card = pick_card(self.placement, (self.cards.get(n) for n in running))
+        self.cards[arm.name] = card
+        return self._launch_arm(arm, card)
 
     def run_arms(self) -> None:
         arms = [ARM_BY_NAME[n] for n in self.s.arms]
@@ -222,15 +268,19 @@ class Driver:
             adopted = self._adopt(arm.name, self.root / arm.name / "pid")
             if adopted is not None:
                 jobs[arm.name] = adopted
+                launches = read_launches(self.root / arm.name)
+                self.cards[arm.name] = launches[-1].get("card") if launches else None
             else:
                 pending.append(arm)
-        limit = self.s.max_concurrent_arms
+        full = limit = self.s.max_concurrent_arms or default_concurrency(self.placement)
         while jobs or pending:
             while pending and len(jobs) < limit:
                 arm = pending.pop(0)
-                jobs[arm.name] = self._launch_arm(arm)
+                job = self._start(arm, set(jobs))
+                if job is not None:
+                    jobs[arm.name] = job
             for arm in pending:
-                why = "max_concurrent_arms" if limit == self.s.max_concurrent_arms else "one arm at a time after an OOM"
+                why = "max_concurrent_arms" if limit == full else "one arm per card after an OOM"
                 self.state["arms"][arm.name] = {**self.arm_status(arm), "status": f"waiting ({why})"}
             time.sleep(POLL_S)
             self.start_evals()
@@ -247,11 +297,12 @@ class Driver:
                 if status["done"]:
                     self.state["arms"][name] = {**status, "status": "done", "seconds": time.time() - job.started}
                     continue
-                if running - {name} and out_of_gpu_memory(self.logs / f"{name}.log"):
-                    # the other arms held the memory: not this arm's failure; from now on one arm at a time
+                beside = {n for n in running - {name} if self.cards.get(n) == self.cards.get(name)}
+                if beside and out_of_gpu_memory(self.logs / f"{name}.log"):
+                    # the other arms on its card held the memory: not this arm's failure; from now on one per card
                     log.warning("arm %s ran out of GPU memory beside %s: it runs again alone", name,
-                                ", ".join(sorted(running - {name})))
-                    limit = 1
+                                ", ".join(sorted(beside)))
+                    limit = min(limit, max(1, len(self.placement.arm_cards)))
                     pending.insert(0, arm)
                     continue
                 n = self.state["restarts"].get(name, 0)
@@ -259,7 +310,9 @@ class Driver:
                     self.state["restarts"][name] = n + 1
                     log.warning("arm %s exited with %s before finishing: resuming (%d/%d)", name, rc, n + 1,
                                 self.s.max_restarts)
-                    jobs[name] = self._launch_arm(arm)
+                    job = self._start(arm, set(jobs))
+                    if job is not None:
+                        jobs[name] = job
                 else:
                     self.state["arms"][name] = {**status, "status": f"failed (exit {rc}; see logs/{name}.log)"}
             self.save()
@@ -277,8 +330,8 @@ class Driver:
             if name != "base" and policy_dir(self.root, name) is None:
                 continue
             argv = [sys.executable, "-m", "compeer_loop.cli", "eval", "--root", str(self.root), "--policy", name]
-            self.eval_jobs[name] = self._adopt(f"eval-{name}", out / "pid") or self._spawn(f"eval-{name}", argv,
-                                                                                             out / "pid")
+            self.eval_jobs[name] = self._adopt(f"eval-{name}", out / "pid") or self._spawn(
+                f"eval-{name}", argv, out / "pid", card_env(self.placement.judge_card))
 
     def poll_evals(self) -> None:
         for name, job in list(self.eval_jobs.items()):
@@ -342,21 +395,3 @@ class Driver:
         (self.root / DONE_FILE).write_text(("FAILED: " + ", ".join(failed)) if failed else "ok")
         return self.state
 
-
-def stop_servers(root: Path, wait_s: float = 30.0) -> None:
-    """SIGTERM the reward servers this loop started (pids in ``ROOT/servers``) and wait until they are gone (SIGKILL
-    after ``wait_s``), so that a finished driver leaves no server shutting down (and holding GPU memory) behind."""
-    stopping = []
-    for pid_file in sorted((root / "servers").glob("*.pid")):
-        pid = int(pid_file.read_text().strip() or 0)
-        if pid > 0 and alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            stopping.append((pid_file.stem, pid))
-    deadline = time.time() + wait_s
-    for name, pid in stopping:
-        while alive(pid) and time.time() < deadline:
-            time.sleep(0.2)
-        if alive(pid):
-            log.warning("%s (pid %d) still running %.0f s after SIGTERM: SIGKILL", name, pid, wait_s)
-            os.kill(pid, signal.SIGKILL)
-        log.info("stopped %s (pid %d)", name, pid)

@@ -45,7 +45,7 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
               "--save-steps", "1", "--max-completion-length", "16", "--grpo-sets", "max_prompts=2",
               "per_device_train_batch_size=2", "--eval-limit", "2",
               "--eval-max-tokens", "16", "--eval-concurrency", "2", "--esc-cards", "1", "--esc-rounds", "1",
-              "--base-port", str(free_port())]
+              "--judge-probe-groups", "2", "--base-port", str(free_port())]
     assert len(json.loads((data / "cards.json").read_text())) == 2  # one ESC-Eval card per valid dialogue
 
     # phase 1, the warm-up alone (as a machine that also trains the PRM/ORM judges runs it)
@@ -65,6 +65,10 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
     state = json.loads((root / "state.json").read_text())
     assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "c": "done"}
     assert state["eval"] == {"a": "done", "c": "done"}
+    # arm c was checked against the shipped trained judge (Info) and its probe scored before it trained
+    judge = json.loads((root / "c" / "judge.json").read_text())["judges"][0]
+    assert judge["served"]["adapter"] == judge["expected"]["adapter"] and "@sha256:" in judge["served"]["adapter"]
+    assert judge["probe"]["candidates"] == 4 and judge["probe"]["at"] < (root / "c" / "final").stat().st_mtime
 
     # arm c started from arm a's warm-up and its GRPO step moved the LoRA weights away from it
     warm = load_file(str(root / "a" / "warmup" / "adapter" / "adapter_model.safetensors"))
@@ -93,6 +97,7 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
     text = report.read_text()
     assert "| (a) SFT warm-up only |" in text and "| (c) GRPO, trained judge, reweighting paper |" in text
     assert "## ESC-Eval-style evaluation" in text and "scores unparsed %" in text
+    assert "## The judge each arm trained against, and where it ran" in text and judge["served"]["adapter"] in text
     figures = json.loads((tmp_path / "report" / "figures.json").read_text())
     assert figures["c"]["figures"]["format_ok"]["value"] is not None
     assert (tmp_path / "report" / "curves_reward.png").exists()

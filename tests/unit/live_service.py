@@ -30,7 +30,11 @@ T = TypeVar("T")
 class LiveService:
     """Both fronts of one :class:`RewardCore` (FAKE engine, memory cache) on 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine_config: EngineConfig | None = None, respond: Any = None) -> None:
+        """``engine_config``: what the FAKE engine says it serves (model id, revision, adapter id); ``respond``: its
+        scripted judge (:func:`tests.unit.fakes.scripted_judge` by default)."""
+        self.engine_config = engine_config or EngineConfig(backend="fake", model_id="fake-judge", revision="r1")
+        self.respond = respond or scripted_judge()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="live-service", daemon=True)
         self.grpc_address = ""
@@ -41,8 +45,7 @@ class LiveService:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _start(self) -> None:
-        self.engine = FakeEngine(scripted_judge(),
-                                 config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"))
+        self.engine = FakeEngine(self.respond, config=self.engine_config)
         config = ServerConfig(engine=self.engine.config, judge=JudgeSettings())
         self.core = RewardCore(config, self.engine, FakeHashEmbedder(), MemoryCache(), Metrics())
         await self.core.start()
@@ -81,8 +84,8 @@ class LiveService:
 
 
 @contextlib.contextmanager
-def live_service() -> Iterator[LiveService]:
-    svc = LiveService().start()
+def live_service(engine_config: EngineConfig | None = None, respond: Any = None) -> Iterator[LiveService]:
+    svc = LiveService(engine_config, respond).start()
     try:
         yield svc
     finally:

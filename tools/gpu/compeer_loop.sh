@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The COMPEER loop (issue 17) on a lent GPU machine: the policy arms trained on one GPU (max_concurrent_arms at
-# once), then evaluated.
+# The COMPEER loop (issue 17) on a lent GPU machine: the policy arms trained (max_concurrent_arms at once), then
+# evaluated. One GPU: everything shares it. Several (e.g. kind nvidia-h100-x4): the driver puts the judge servers and
+# the evaluations on the first card and one arm on each other card (CUDA_VISIBLE_DEVICES per process; the phases
+# below are the same). Before each GRPO arm trains, the driver checks its judge server's Info against the plan and
+# probes it (ROOT/<arm>/judge.json); each arm records the machine and card it ran on (ROOT/<arm>/machine.json).
 # No registry, no hub there; 64 MiB per `run` call, 10 min per call. Here, after `make install`:
 #   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels + GGUF part 00), c2 (parts 01-02), c3 (MiniLM, part 03)
 #   bash tools/gpu/compeer_loop.sh pack  # .gpu-loop/loop-data.tar.xz: prompt sets built from ../shared/data/esconv
@@ -27,8 +30,9 @@
 #                                                  copies them to the device; `start` then checks them against
 #                                                  export.sha256 and restores the warm-up (arm a is done, never
 #                                                  retrained) and PRM_ADAPTER/ORM_ADAPTER
-# $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, every arm's metrics.jsonl and summary.json,
-# every evaluation's records.jsonl, esc.json and done.json, the prompt manifest), logs.tar.xz (log tails), driver.log.
+# $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, every arm's metrics.jsonl, summary.json,
+# judge.json and machine.json, every evaluation's records.jsonl, esc.json and done.json, the prompt manifest),
+# logs.tar.xz (log tails), driver.log.
 set -uo pipefail
 S=/tmp/cp-stage L=${LOOP_ROOT:-/tmp/loop} D=${LOOP_DATA:-/tmp/loop-data}
 X=/tmp/cp-export I=/tmp/cp-import J=/tmp/judge-run
@@ -52,7 +56,7 @@ collect() {  # what is finished, to $OUT
   [ -n "${OUT:-}" ] || return 0
   $LOOP status --root $L > "$OUT"/status.txt 2>&1
   local f=(plan.json state.json DONE)
-  for x in $L/a/RESTORED $L/a/warmup/adapter/adapter_config.json $L/*/metrics.jsonl $L/*/summary.json $L/eval/*/records.jsonl $L/eval/*/esc.json $L/eval/*/done.json; do
+  for x in $L/a/RESTORED $L/a/warmup/adapter/adapter_config.json $L/*/metrics.jsonl $L/*/summary.json $L/*/judge.json $L/*/machine.json $L/eval/*/records.jsonl $L/eval/*/esc.json $L/eval/*/done.json; do
     [ -f "$x" ] && f+=("${x#$L/}"); done
   cp $D/manifest.json $L/prompts-manifest.json 2>/dev/null && f+=(prompts-manifest.json)
   ( cd $L && ls "${f[@]}" 2>/dev/null | tar -cJf "$OUT"/results.tar.xz -T - )
@@ -66,7 +70,7 @@ wait_driver() {
   local budget=${CALL_BUDGET_S:-540}
   while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep 15; done
   $LOOP status --root $L
-  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
+  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
   if [ -f $L/judges.log ]; then  # TRAIN_JUDGES
     echo "judges: $(cat $J/JUDGES_DONE 2>/dev/null || echo running)"
     for f in $J/train-*.log; do [ -f "$f" ] && echo "$f: $(grep -oE "'loss': [0-9.]+|'epoch': [0-9.]+|train_runtime[^,]*" "$f" | tail -n 3 | tr '\n' ' ')"; done

@@ -1,0 +1,124 @@
+"""The report's sections on how the arms ran: which judge each GRPO arm was verified to train against (base model,
+revision, adapter and its hash; :mod:`compeer_loop.controls`), what that judge gave the fixed probe, which machine
+and card ran each arm (:mod:`compeer_loop.placement`), and the GPU time and run status.
+
+Everything comes from the loop folder: ``<arm>/judge.json``, ``<arm>/machine.json`` (copied with the arm by
+``compeer-loop merge``) and ``state.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compeer_loop.controls import read_judge_record
+from compeer_loop.placement import read_launches, where_ran
+from compeer_loop.plan import ARM_BY_NAME, LoopSettings
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _judge_id(served: dict[str, Any]) -> str:
+    """``MODEL (revision), adapter`` of a served judge; no adapter named: the bare base."""
+    adapter = served.get("adapter") or "no adapter (bare base)"
+    return f"{served.get('model')} ({served.get('revision')}), {adapter}"
+
+
+def trained_against(root: Path, s: LoopSettings) -> dict[str, str]:
+    """Per GRPO arm, the judge(s) it was verified to train against, one phrase each ("not verified" for an arm
+    trained before the loop checked its judges)."""
+    out = {}
+    for arm in s.arms:
+        if not ARM_BY_NAME[arm].grpo:
+            continue
+        record = read_judge_record(root / arm)
+        out[arm] = ("; ".join(f"{j['server']}: {_judge_id(j['served'])}" for j in record["judges"])
+                    if record else "not verified (no judge.json)")
+    return out
+
+
+def _probe_of(root: Path, arm: str, server: str) -> dict[str, Any] | None:
+    record = read_judge_record(root / arm)
+    return next((j.get("probe") for j in (record or {}).get("judges", []) if j["server"] == server), None)
+
+
+def control_line(root: Path, s: LoopSettings) -> str:
+    """Whether arm (b)'s judge is the control it says: no adapter, and a probe preference mean unlike the trained
+    judge's (taken from the first trained-judge arm with a record)."""
+    b = _probe_of(root, "b", "base") if "b" in s.arms else None
+    trained_arm = next((a for a in s.arms if "trained" in ARM_BY_NAME[a].judges and _probe_of(root, a, "trained")),
+                       None)
+    if b is None or trained_arm is None:
+        return "Control (b) vs the trained judge: not measured (no probe of both judges in this loop folder)."
+    t = _probe_of(root, trained_arm, "trained") or {}
+    out, equal = [], 0
+    for key, name in (("preference", "preference"), ("graded_preference", "graded preference"),
+                      ("total", "total")):
+        vb, vt = b.get(key), t.get(key)
+        same = vb is not None and vt is not None and abs(vb - vt) < 1e-9
+        equal += same
+        out.append(f"{name} {_num(vb)} vs {_num(vt)}" + (" (equal)" if same else ""))
+    warn = " Every mean is equal: check that (b)'s judge is the untrained one." if equal == len(out) else ""
+    return (f"Control (b) vs the trained judge on the probe ({b.get('ok')} candidates scored; (b)'s judge vs "
+            f"({trained_arm})'s): " + "; ".join(out) + "." + warn)
+
+
+def judges_and_machines(root: Path, s: LoopSettings) -> str:
+    """One row per arm: the judge it was verified to train against, the probe's means, and where it ran."""
+    head = ("| arm | judge server | base model (revision) | adapter (hash) | probe: preference / graded "
+            "| probe: total, own / other's candidate | ran on (host, GPUs, card) |")
+    rows = [head, "|---|---|---|---|---|---|---|"]
+    for arm in s.arms:
+        where = where_ran(read_launches(root / arm))
+        record = read_judge_record(root / arm)
+        if not ARM_BY_NAME[arm].grpo or record is None:
+            judge = "—" if not ARM_BY_NAME[arm].grpo else "not verified"
+            rows.append(f"| ({arm}) | {judge} | — | — | — | — | {where} |")
+            continue
+        for j in record["judges"]:
+            sv, p = j["served"], j.get("probe") or {}
+            adapter = sv.get("adapter") or "none (bare base)"
+            rows.append(f"| ({arm}) | {j['server']} (`--adapter {j['flag']}`) | {sv.get('model')} "
+                        f"({sv.get('revision')}) | {adapter} | {_num(p.get('preference'))} / "
+                        f"{_num(p.get('graded_preference'))} | {_num(p.get('total_own'))} / "
+                        f"{_num(p.get('total_other'))} | {where} |")
+    return "\n".join([
+        ("Each GRPO arm's judge servers were asked for their `Info` before the arm trained and checked against the "
+         "plan (base model and pinned revision; adapter none for (b), the shipped adapter's id for the trained judge); "
+         "a mismatch stops the arm. The probe: the first warm-up rows, each group the row's own gold-facts CER target "
+         "and another dialogue's, against the real supporter turn; discrete means unless marked graded."),
+        "", *rows, "", control_line(root, s)])
+
+
+def gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
+    """Driver wall time, the machines (merged folders: one line each), every arm's and evaluation's status."""
+    machine = state.get("machine") or {}
+    where = (f" ({machine.get('hostname')}: {machine.get('gpus')}; judge servers on card "
+             f"{(state.get('placement') or {}).get('judge_card')}, arms on "
+             f"{', '.join((state.get('placement') or {}).get('arm_cards') or []) or 'the same'})") if machine else ""
+    lines = [(f"Driver wall time on the GPU machine{where}: {state.get('elapsed_s', 0):.0f} s (servers, warm-up, arms, "
+              "evaluation).")]
+    if state.get("parts"):  # `compeer-loop merge`: folders trained on different machines
+        lines = [(f"Driver wall time on the GPU machines: {state.get('elapsed_s', 0):.0f} s in all, "
+                 f"{len(state['parts'])} loop folders merged (same settings; every GRPO arm from the warm-up with "
+                 f"sha256 {str(state.get('warmup_sha256', 'not recorded'))[:12]}):")]
+        for p in state["parts"]:
+            m = p.get("machine") or {}
+            host = f" on {m.get('hostname')} ({m.get('gpus')})" if m else ""
+            lines.append(f"- {p['root']}{host}: {p['elapsed_s']:.0f} s; trained {', '.join(p['arms']) or 'nothing'}; "
+                         f"evaluated {', '.join(p['eval']) or 'nothing'}")
+        lines.append("")
+    for name, a in sorted(state.get("arms", {}).items()):
+        secs = f", {a['seconds']:.0f} s" if "seconds" in a else ""
+        restarts = state.get("restarts", {}).get(name)
+        again = f", resumed {restarts} time(s) after a crash" if restarts else ""
+        step = f"step {a['step']}/{a.get('max_steps')}" if a.get("step") is not None else f"{a.get('max_steps')} steps"
+        ran = f"; ran on {a['ran_on']}" if a.get("ran_on") else ""
+        lines.append(f"- arm ({name}): {a.get('status')}, {step}{secs}{again}{ran}")
+    for name, e in sorted(state.get("eval", {}).items()):
+        lines.append(f"- evaluation of {name}: {e}")
+    if gpu_log is not None and gpu_log.exists():
+        lines += ["", "GPU calls (as logged by the lead):", "```", gpu_log.read_text().strip(), "```"]
+    return "\n".join(lines)
