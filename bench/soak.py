@@ -281,8 +281,10 @@ class Soak:
     async def check(self, groups: list[GroupRequest], report: SoakReport, clients: int) -> None:
         import redis
 
+        from reward_server.cache import KEY_PREFIX
+
         r = redis.Redis(port=self.redis_port)
-        for key in r.scan_iter("compeer:judge:v1:*"):
+        for key in r.scan_iter(KEY_PREFIX + "*"):
             report.cache_entries_checked += 1
             report.cache_entries_bad += not _intact(r.get(key))
         # the undisturbed reference: the same groups, empty cache, one replica, no faults

@@ -14,6 +14,7 @@ import redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from reward_server.cache import KEY_PREFIX
 from reward_server.client import RewardCallError, RewardClient
 from reward_server.http.convert import group_from_json
 from reward_server.types import Status
@@ -72,7 +73,7 @@ async def test_group_of_four_over_grpc_then_cache_hit_over_http(reward_server: R
     assert [r["graded_rewards"]["total"] for r in judged] == [r.graded_rewards.total for r in first.results
                                                                 if r.graded_rewards is not None]
     assert second["meta"]["cache_hits"] == 4 and second["meta"]["judge_rounds"] == 0
-    keys = redis.Redis.from_url(reward_server.redis_url).keys("compeer:judge:v1:*")
+    keys = redis.Redis.from_url(reward_server.redis_url).keys(KEY_PREFIX + "*")
     assert len(keys) >= 4
 
 
