@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,17 @@ def kappa_row(variant: str, judge: str, m: dict[str, Any]) -> str:
     return f"| {variant} | {judge} | " + " | ".join(cells) + " |"
 
 
+def _judge_rows(metrics: dict[str, Any], row: Callable[[str, str, dict[str, Any]], str]) -> list[str]:
+    """``row`` of every variant's judge, then of its baselines, in the order of ``metrics``."""
+    lines = []
+    for variant, entry in metrics.items():
+        if variant in ("meta", "inconsistency"):
+            continue
+        lines.append(row(variant, entry["judge"], entry))
+        lines += [row(variant, name, base) for name, base in entry.get("baselines", {}).items()]
+    return lines
+
+
 def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
     """The markdown report of a ``metrics.json`` mapping."""
     lines = ["# UnifiReward judge evaluation", ""]
@@ -87,21 +99,11 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
               "row: the unified judge; prm/orm rows: PRM + ORM together)."), "",
               "| Variant | Judge | n | " + " | ".join(COLUMNS) + " |",
               "|" + "---|" * (len(COLUMNS) + 3)]
-    for variant, entry in metrics.items():
-        if variant in ("meta", "inconsistency"):
-            continue
-        lines.append(table_row(variant, entry["judge"], entry))
-        for name, base in entry.get("baselines", {}).items():
-            lines.append(table_row(variant, name, base))
+    lines += _judge_rows(metrics, table_row)
     lines += ["", ("Cohen's kappa with the gold labels (from the confusion matrices; an unparsed answer is a class of its "
                    "own; 0 = no better than chance, as the majority baseline always is):"), "",
               "| Variant | Judge | " + " | ".join(KAPPA_PARTS) + " |", "|" + "---|" * (len(KAPPA_PARTS) + 2)]
-    for variant, entry in metrics.items():
-        if variant in ("meta", "inconsistency"):
-            continue
-        lines.append(kappa_row(variant, entry["judge"], entry))
-        for name, base in entry.get("baselines", {}).items():
-            lines.append(kappa_row(variant, name, base))
+    lines += _judge_rows(metrics, kappa_row)
     inc = metrics.get("inconsistency", {})
     if inc:
         auditors = {json.dumps(s.get("auditor", {}), sort_keys=True) for s in inc.values()}
