@@ -114,8 +114,11 @@ class Judge:
         return [(plan, round_params(self.settings, self.engine, plan.components, logprobs=top_k))
                 for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed)]
 
-    def judgment_key(self, history: list[Turn], reference: str | None, parsed: ParsedOutput, mode: JudgeMode) -> str:
-        """The key of the judgment :meth:`judge` would give (sha256 hex, :func:`judge.generation.content_key`).
+    def judgment_key(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
+                     mode: JudgeMode) -> str | None:
+        """The key of the judgment :meth:`judge` would give (sha256 hex, :func:`judge.generation.content_key`), or
+        None when it sends the engine no round (every component is failed by rule: there is nothing to judge, so
+        nothing to cache; such candidates of different conversations would otherwise share one key).
 
         It hashes what decides that judgment: the engine's :meth:`~judge.engines.base.Engine.identity` (backend,
         weights, seed, ...), the template version, the system message and, per round, the user message the engine is
@@ -127,6 +130,8 @@ class Judge:
         rounds = [{"user": plan.user, "components": list(plan.components),
                    "params": {**sampling_fields(params), "logprobs": params.logprobs}}
                   for plan, params in self._rounds(history, reference, parsed, mode)]
+        if not rounds:
+            return None
         policy = retry_policy(self.settings)
         return content_key({"engine": self.engine.identity(), "template": self.template.version,
                             "system": self.template.system, "rounds": rounds,

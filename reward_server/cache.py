@@ -30,9 +30,13 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "compeer:judge:v2:"
 
 
-def cache_key(judge: Judge, mode: JudgeMode, history: list[Turn], reference: str | None, parsed: ParsedOutput) -> str:
-    """The cache key of the judgment ``judge`` gives the candidate ``parsed`` (what it is shown of it) in ``mode``."""
-    return KEY_PREFIX + judge.judgment_key(history, reference, parsed, mode)
+def cache_key(judge: Judge, mode: JudgeMode, history: list[Turn], reference: str | None,
+              parsed: ParsedOutput) -> str | None:
+    """The cache key of the judgment ``judge`` gives the candidate ``parsed`` (what it is shown of it) in ``mode``;
+    None when nothing of it is judged (no round reaches the engine): such a candidate is neither looked up nor
+    stored."""
+    key = judge.judgment_key(history, reference, parsed, mode)
+    return None if key is None else KEY_PREFIX + key
 
 
 class ResultCache(abc.ABC):

@@ -207,10 +207,12 @@ class RewardCore:
         valid = [i for i, e in enumerate(errors) if e is None]
         # rejected candidates are neither parsed nor hashed
         parsed = {i: judged_parts(req.candidates[i], mode) for i in valid}
-        keys = {i: cache_key(self.judge, mode, req.history, req.reference, parsed[i]) for i in valid}
+        # a candidate with nothing to judge (every component failed by rule) has no key: never looked up or stored
+        keys = {i: cache_key(self.judge, mode, req.history, req.reference, parsed[i]) or f"rule:{i}" for i in valid}
+        lookups = [i for i in valid if not keys[i].startswith("rule:")]
         outcomes: dict[str, Outcome] = {}
         if self.cacheable:
-            distinct = list(dict.fromkeys(keys[i] for i in valid))
+            distinct = list(dict.fromkeys(keys[i] for i in lookups))
             for k, rec in zip(distinct, await self.cache.get_many(distinct)):
                 judgment = None if rec is None else judgment_from_record(rec)
                 if judgment is not None:  # a record of another format is a miss
@@ -221,8 +223,8 @@ class RewardCore:
         async with self.admission.slot(prefix.rstrip("."), cost, deadline) if todo else contextlib.nullcontext():
             t1 = time.perf_counter()
             if self.cacheable:
-                self.metrics.cache_hits.inc(sum(1 for i in valid if keys[i] in outcomes))
-                self.metrics.cache_misses.inc(sum(1 for i in valid if keys[i] not in outcomes))
+                self.metrics.cache_hits.inc(sum(1 for i in lookups if keys[i] in outcomes))
+                self.metrics.cache_misses.inc(sum(1 for i in lookups if keys[i] not in outcomes))
             sims_task = None
             if req.options.include_similarity and self.embedder is not None and valid:
                 texts = [reply_text(req.candidates[i], parsed[i]) for i in valid]
@@ -232,7 +234,7 @@ class RewardCore:
             outcomes.update(zip(todo.keys(), judged))
             sims = await sims_task if sims_task is not None else None
         fresh = {k: judgment_to_record(o.judgment) for k, o in zip(todo.keys(), judged)
-                 if o.status is Status.OK and o.judgment is not None}
+                 if o.status is Status.OK and o.judgment is not None and not k.startswith("rule:")}
         if self.cacheable and fresh:
             await self.cache.set_many(fresh)
         results: list[CandidateResult] = []

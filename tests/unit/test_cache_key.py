@@ -42,7 +42,9 @@ def key(engine: dict[str, Any] | None = None, judge: dict[str, Any] | None = Non
     config = ServerConfig(engine=fake.config, judge=JudgeSettings(**(judge or {})), **(server or {}))
     core = RewardCore(config, fake, None, MemoryCache())
     r = {**REQUEST, **request}
-    return cache_key(core.judge, r["mode"], r["history"], r["reference"], parse(r["candidate"]))
+    k = cache_key(core.judge, r["mode"], r["history"], r["reference"], parse(r["candidate"]))
+    assert k is not None
+    return k
 
 
 def test_every_judge_setting_that_changes_an_answer_is_in_the_cache_key() -> None:
@@ -129,3 +131,26 @@ async def test_fronts_share_entries_and_differently_configured_replicas_do_not(t
 def test_the_key_namespace_is_versioned() -> None:
     """v1 keys were picked by hand; v2 keys are the judge's: no v1 entry can be read as a v2 one."""
     assert KEY_PREFIX == "compeer:judge:v2:" and key().startswith(KEY_PREFIX)
+
+
+async def test_a_candidate_with_nothing_to_judge_has_no_key_and_is_never_a_cache_hit() -> None:
+    """Every component of an untagged reply fails by rule: no round reaches the engine, so there is no judgment to
+    cache. Such candidates of two different conversations once shared one key (engine, template and no rounds), so the
+    second was reported as a cache hit."""
+    fake = FakeEngine(config=ENGINE, supports_regex=True, logprobs=verdict_logprobs())
+    core = RewardCore(ServerConfig(engine=fake.config), fake, None, MemoryCache())
+    untagged = parse("just some words, no tags")
+    assert core.judge.judgment_key(REQUEST["history"], "ref", untagged, JudgeMode.UNIFIED) is None
+    assert cache_key(core.judge, JudgeMode.UNIFIED, [], None, untagged) is None
+    cache = MemoryCache()
+    async for s in make_service(cache=cache):
+        for history in (HISTORY, HISTORY[:1]):
+            res = (await s.http.post("/v1/score", json={**body(["no tags here", GOOD]), "history": history})).json()
+            bare, good = res["results"]
+            assert not bare["cache_hit"] and bare["rewards"]["total"] == -5.0 and not any(
+                st["judged"] for st in bare["steps"])
+            assert not good["cache_hit"]
+        again = (await s.http.post("/v1/score", json=body(["no tags here", GOOD]))).json()
+        assert [r["cache_hit"] for r in again["results"]] == [False, True]
+        assert again["meta"]["cache_hits"] == 1
+        assert len(cache._data) == 2  # the tagged reply under each history; nothing for the untagged one

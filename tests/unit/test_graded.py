@@ -121,6 +121,7 @@ async def test_cache_round_trip_and_records_from_before_graded_rewards() -> None
         # a record an older server wrote under this key (no format, no probabilities) is a miss, judged again
         req = group_from_json(b)
         key = cache_key(s.core.judge, JudgeMode.UNIFIED, req.history, req.reference, parse(GOOD))
+        assert key is not None
         old = {"verdicts": {"step1": True, "step2": True, "step3": True, "preference": "second"},
                "judged": ["preference", "step1", "step2", "step3"], "texts": ["x"] * 4, "generations": 4}
         await cache.set_many({key: old})
