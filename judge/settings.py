@@ -68,6 +68,7 @@ class Option:
     choices: tuple[str, ...] | None
     group: str = ""
     secret: bool = False
+    many: bool = False
 
     @property
     def dest(self) -> str:
@@ -80,7 +81,14 @@ class Option:
         return self.kind is bool and self.default is True
 
     def parse(self, raw: str) -> Any:
-        """A value of this option from its string form (an env variable); ValueError naming the env name."""
+        """A value of this option from its string form (an env variable; a list: items split on commas or
+        whitespace); ValueError naming the env name."""
+        if self.many:
+            return [self.parse_item(x) for x in raw.replace(",", " ").split()]
+        return self.parse_item(raw)
+
+    def parse_item(self, raw: str) -> Any:
+        """One value (of a list: one item) from its string form; ValueError naming the env name."""
         if self.optional and raw.strip().lower() in ("", "none", "null"):
             return None
         if self.kind is bool:
@@ -105,8 +113,10 @@ def _plain(value: Any) -> Any:
 
 
 def _leaf_type(hint: Any) -> tuple[type, bool]:
-    """``(type, optional)`` of a field annotation: ``int``, ``float | None``, an Enum ..."""
+    """``(type, optional)`` of a field annotation: ``int``, ``float | None``, an Enum ... (a list: its items' type)"""
     args = typing.get_args(hint)
+    if typing.get_origin(hint) is list and len(args) == 1 and isinstance(args[0], type):
+        return args[0], False
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1:
@@ -143,7 +153,7 @@ def options(cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str 
         flag = meta.get("flag") or (f"--no-{name}" if kind is bool and default is True else f"--{name}")
         env = meta.get("env") or ENV_PREFIX + flag.removeprefix("--").removeprefix("no-").replace("-", "_").upper()
         out.append(Option((*path, f.name), flag, env, kind, optional, default, meta["help"], choices,
-                          group or cls.__name__, bool(meta.get("secret"))))
+                          group or cls.__name__, bool(meta.get("secret")), typing.get_origin(hints[f.name]) is list))
     return out
 
 
@@ -175,6 +185,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
         elif o.negated:
             group.add_argument(o.flag, dest=o.dest, action="store_false", default=default,
                                help=f"turn off: {o.help} (on by default; env {o.env}=false)")
+            if o.flag.startswith("--no-"):  # ``--<name>`` turns it back on (an alias: a script may say so)
+                group.add_argument("--" + o.flag.removeprefix("--no-"), dest=o.dest, action="store_true",
+                                   help=argparse.SUPPRESS)
         elif o.kind is bool:
             group.add_argument(o.flag, dest=o.dest, action="store_true", default=default,
                                help=f"{o.help} (off by default; env {o.env}=true)")
@@ -183,6 +196,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
                                help=argparse.SUPPRESS)
         else:
             group.add_argument(o.flag, dest=o.dest, type=_converter(o), default=default,
+                               nargs="*" if o.many else None,
                                metavar=("{" + ",".join(o.choices) + "}") if o.choices else None,
                                help=f"{o.help} (default: {_plain(o.default)}; env {o.env})")
     return opts
@@ -191,7 +205,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
 def _converter(o: Option) -> Callable[[str], Any]:
     def convert(raw: str) -> Any:
         try:
-            return o.parse(raw)
+            return o.parse_item(raw)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc).replace(f"{o.env}=", "")) from None
 

@@ -99,6 +99,23 @@ def test_role_prefixed_flags_and_their_own_defaults() -> None:
         add_arguments(argparse.ArgumentParser(), ModelSpec, defaults={"absent": 1})
 
 
+def test_the_loop_plan_flags_come_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compeer-loop plan``'s flags are generated from LoopSettings (lists, optional ints, both forms of a bool)."""
+    from compeer_loop.cli import make_parser
+    from compeer_loop.plan import LoopSettings
+
+    for name in ("COMPEER_STEPS", "COMPEER_ARMS", "COMPEER_STATIC_CACHE", "COMPEER_EVAL_LIMIT", "COMPEER_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    args = make_parser().parse_args(["plan", "--root", "r", "--steps", "5", "--arms", "a", "b", "--no-static-cache",
+                                     "--eval-limit", "3"])
+    s = from_namespace(LoopSettings, args)
+    assert (s.steps, s.arms, s.static_cache, s.eval_limit, s.max_concurrent_arms) == (5, ["a", "b"], False, 3, None)
+    assert from_namespace(LoopSettings, make_parser().parse_args(["plan", "--root", "r", "--static-cache"])) == \
+        LoopSettings()
+    monkeypatch.setenv("COMPEER_ARMS", "a,c")
+    assert from_namespace(LoopSettings, make_parser().parse_args(["plan", "--root", "r"])).arms == ["a", "c"]
+
+
 def test_the_server_default_backend_differs_with_a_stated_reason() -> None:
     from judge.settings import options
 
