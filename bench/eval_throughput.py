@@ -57,7 +57,7 @@ async def run(n_cards: int, rounds: int, max_tokens: int, backend: str = "transf
     pool = EnginePool()
     engine = pool.engine_for(spec, resolve_spec(spec))
     t0 = time.perf_counter()
-    await pool.ensure_started(engine.real)
+    await engine.start()  # the pooled engine, started once
     start_s = time.perf_counter() - t0
     try:
         with tempfile.TemporaryDirectory() as tmp:

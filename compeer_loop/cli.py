@@ -24,23 +24,9 @@ from typing import Any
 
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings, all_judges, grpo_overrides
 from compeer_loop.runner import PLAN_FILE, STATE_FILE, WARMUP_ADAPTER, Driver, load_settings, stop_servers
+from judge.settings import add_arguments, from_namespace
 
 log = logging.getLogger("compeer_loop")
-
-
-def _add_settings(p: argparse.ArgumentParser) -> None:
-    for f in dataclasses.fields(LoopSettings):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
-        if isinstance(default, bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif isinstance(default, list):
-            p.add_argument(flag, dest=f.name, nargs="*", default=None, help=help_text)
-        else:
-            kind = type(default) if default is not None else str
-            kind = int if f.name in ("eval_limit", "max_concurrent_arms") else kind
-            p.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -58,7 +44,7 @@ def make_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", help="write ROOT/plan.json (the settings every later command reads)")
     pl.add_argument("--root", type=Path, required=True)
     pl.add_argument("--overwrite", action="store_true", help="replace a plan with other settings")
-    _add_settings(pl)
+    add_arguments(pl, LoopSettings, title="loop settings (saved in ROOT/plan.json)")
     for name in ("run", "status", "warmup", "stop"):
         sp = sub.add_parser(name)
         sp.add_argument("--root", type=Path, required=True)
@@ -92,11 +78,9 @@ def _eval_steps(items: list[str]) -> dict[str, int]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(LoopSettings)
-              if getattr(args, f.name) is not None}
-    if "prompts" in values:
-        values["prompts"] = str(Path(values["prompts"]).resolve())
-    settings = LoopSettings(**values)
+    settings: LoopSettings = from_namespace(LoopSettings, args)
+    if settings.prompts:
+        settings = dataclasses.replace(settings, prompts=str(Path(settings.prompts).resolve()))
     path = args.root / PLAN_FILE
     if path.exists() and not args.overwrite:
         old = LoopSettings.from_json(json.loads(path.read_text()))

@@ -14,17 +14,16 @@ import argparse
 import asyncio
 import dataclasses
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from data_builder.stage import progress
-from judge.engines import BACKENDS, create_engine
-from judge.engines.base import Engine, EngineConfig, GenParams, Message
-from judge.engines.settings import OpenAISettings
+from judge.engines.base import Engine, GenParams, Message
+from judge.factory import PLAIN, EngineChoice, LazyEngine, engine_config, resolve_engine
 from judge.generation import DiskCache, RetryPolicy, Validated, generate_validated
+from judge.settings import add_arguments, from_namespace, setting
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,18 +38,14 @@ def default_cache_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class LLMSettings:
-    """Which model answers, and how."""
+class LLMSettings(EngineChoice):
+    """Which model answers, and how: the shared engine choice (:class:`judge.factory.EngineChoice`: ``--backend``,
+    ``--model``, ``--device``, ``--base-url``, ``--api-key-env``, ``--max-retries``) plus the pipeline's own flags."""
 
-    backend: str = "transformers"
-    model: str = "default"
-    max_retries: int = 2
-    retry_temperature: float = 0.8
-    concurrency: int = 4
-    cache_dir: Path | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    seed: int = 0
+    retry_temperature: float = setting(0.8, cli=False, help="temperature of a re-generation")
+    concurrency: int = setting(4, help="LLM calls in flight")
+    cache_dir: Path | None = setting(None, help="LLM cache (none: $COMPEER_CACHE/data_builder/llm)")
+    seed: int = setting(0, cli=False, help="engine seed (the stage's --seed)")
 
 
 @dataclass
@@ -69,68 +64,34 @@ class CallStats:
 
 
 class LLM:
-    """A cached, validating front for a reward-service engine (``judge.engines.create_engine``).
+    """A cached, validating front for an engine made by the judge factory (:mod:`judge.factory`).
 
-    Pass ``engine`` to use an already-built engine (tests use a fake engine this way); otherwise the engine
-    is built from ``settings`` on the first cache miss and stopped by :meth:`close`.
+    Pass ``engine`` to use an already-built engine (tests use a fake engine this way); otherwise the model is
+    resolved from ``settings`` now and the engine built and started on the first cache miss, stopped by
+    :meth:`aclose`.
     """
 
     def __init__(self, settings: LLMSettings, engine: Engine | None = None) -> None:
         self.settings = settings
-        self._engine = engine
         self._own_engine = engine is None
-        self._started = False
-        self._lock = asyncio.Lock()
+        self.engine = LazyEngine(engine if engine is not None else
+                                 resolve_engine(engine_config(settings, seed=settings.seed), settings.model, role=PLAIN))
         self.stats = CallStats()
         self.cache_dir = settings.cache_dir or default_cache_dir()
-        self.model_id, self.revision = self._identity()
+        cfg = self.engine.config
+        self.model_id = cfg.model_id or cfg.model_path or (engine.name if engine is not None else "")
+        self.revision = cfg.revision or ""
         self.cache = DiskCache(self.cache_dir, {"model": self.model_id, "revision": self.revision})
         self.policy = RetryPolicy(max_retries=settings.max_retries, retry_temperature=settings.retry_temperature)
 
-    def _identity(self) -> tuple[str, str]:
-        if self._engine is not None:
-            cfg = self._engine.config
-            return (cfg.model_id or cfg.model_path or self._engine.name, cfg.revision or "")
-        if self.settings.backend == "openai":
-            if self.settings.model == "default":
-                raise ValueError("--backend openai needs --model <the served model name> (and --base-url)")
-            return (self.settings.model, f"openai:{self.settings.base_url or ''}")
-        from judge.model_store import resolve_model
-
-        ref = resolve_model(self.settings.model)
-        self._model_path = ref.path
-        return (ref.model_id, ref.revision)
-
-    def engine_config(self) -> EngineConfig:
-        """The EngineConfig this LLM builds its engine from."""
-        s = self.settings
-        if s.backend == "openai":
-            return EngineConfig(backend="openai", model_id=s.model, revision=self.revision, seed=s.seed,
-                                openai=OpenAISettings(base_url=s.base_url, api_key=os.environ.get(s.api_key_env),
-                                                      model=s.model))
-        return EngineConfig(backend=s.backend, model_path=self._model_path, model_id=self.model_id,
-                            revision=self.revision, seed=s.seed)
-
-    async def _get_engine(self) -> Engine:
-        async with self._lock:
-            if self._engine is None:
-                log.info("starting %s engine for %s", self.settings.backend, self.model_id)
-                self._engine = create_engine(self.engine_config())
-            if not self._started:
-                if self._own_engine or not self._engine.healthy():
-                    await self._engine.start()
-                self._started = True
-        return self._engine
-
     async def aclose(self) -> None:
         """Stop the engine if this LLM started it."""
-        if self._engine is not None and self._own_engine and self._started:
-            await self._engine.stop()
-            self._started = False
+        await self.engine.aclose()
 
     def identity(self) -> dict[str, str]:
         """Which model answers (part of every cache key): backend, model id and revision."""
-        backend = self.settings.backend if self._own_engine else self._engine.name if self._engine else ""
+        engine = self.engine.engine
+        backend = self.settings.backend if self._own_engine else engine.name if engine else ""
         return {"backend": backend, "model": self.model_id, "revision": self.revision}
 
     async def complete(self, messages: Sequence[Message], params: GenParams, validate: Callable[[str], T | None],
@@ -138,7 +99,7 @@ class LLM:
         """Generate until ``validate`` accepts the text (at most ``1 + max_retries`` attempts, each cached)."""
         self.stats.calls += 1
         seeded = params if params.seed is not None else dataclasses.replace(params, seed=self.settings.seed)
-        result = await generate_validated(self._get_engine, messages, seeded, validate, self.policy, request_id,
+        result = await generate_validated(self.engine.get, messages, seeded, validate, self.policy, request_id,
                                           cache=self.cache, identity=self.identity())
         answered = result.attempts - (1 if result.engine_error is not None else 0)  # attempts that got a text
         self.stats.generations += result.generations
@@ -172,25 +133,15 @@ async def map_bounded(items: Sequence[T], fn: Callable[[T], Awaitable[R]], concu
 
 
 def add_llm_options(parser: argparse.ArgumentParser) -> None:
-    """--backend, --model, --base-url, --api-key-env, --max-retries, --concurrency, --cache-dir."""
-    parser.add_argument("--backend", choices=BACKENDS, default="transformers",
-                        help="engine of the reward service that answers (default: transformers)")
-    parser.add_argument("--model", default="default",
-                        help="'default' (embedded SmolLM2-135M), a local HF folder, or the remote model name (openai)")
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (backend openai)")
-    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="env var holding the API key (backend openai)")
-    parser.add_argument("--max-retries", type=int, default=2, help="re-generations of an invalid output")
-    parser.add_argument("--concurrency", type=int, default=4, help="LLM calls in flight")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="LLM cache (default $COMPEER_CACHE/data_builder/llm)")
+    """The flags of :class:`LLMSettings` (``--backend``, ``--model``, ``--device``, ``--base-url``, ``--api-key-env``,
+    ``--max-retries``, ``--concurrency``, ``--cache-dir``), generated by :mod:`judge.settings`."""
+    add_arguments(parser, LLMSettings, title="the LLM that answers")
 
 
 def settings_from_args(args: argparse.Namespace) -> LLMSettings:
-    """LLMSettings from the parsed --backend/--model/... options."""
-    if args.max_retries < 0:
-        raise ValueError("--max-retries must be >= 0")
-    return LLMSettings(backend=args.backend, model=args.model, max_retries=args.max_retries,
-                       concurrency=args.concurrency, cache_dir=args.cache_dir, base_url=args.base_url,
-                       api_key_env=args.api_key_env, seed=args.seed)
+    """LLMSettings from the parsed flags (and the stage's ``--seed``); ValueError naming a flag out of range."""
+    settings: LLMSettings = from_namespace(LLMSettings, args)
+    return dataclasses.replace(settings, seed=args.seed)
 
 
 EngineFactory = Callable[[LLMSettings], LLM]

@@ -1,11 +1,11 @@
 """The evaluator's models: the model under test, the seeker simulator and the scorer, each on any engine backend.
 
-This is the ONE module of ``evaluator`` that imports the judge engines, the model store (``judge.engines``,
-``judge.model_store``) and the cached generate -> validate -> retry wrapper the dataset pipeline also uses
-(``data_builder.llm``, on :mod:`judge.generation`).
+This is the ONE module of ``evaluator`` that reaches the judge factory (:mod:`judge.factory`: model resolution,
+engines) and the cached generate -> validate -> retry wrapper the dataset pipeline also uses (``data_builder.llm``, on
+:mod:`judge.generation`).
 
 A role is configured by a :class:`ModelSpec` (``--model*``, ``--simulator*``, ``--scorer*`` flags, generated from the
-dataclass's fields by :func:`add_role_options`). ``model`` is ``default`` (the embedded SmolLM2-135M-Instruct), a
+dataclass's fields by :mod:`judge.settings`, see :func:`add_role_options`). ``model`` is ``default`` (the embedded SmolLM2-135M-Instruct), a
 local HF folder, a policy checkpoint (a PEFT adapter folder such as ``policy_trainer``'s ``OUT/final``, or the run
 folder ``OUT`` itself: the base comes from its ``adapter_config.json``), or, with ``backend openai``, the model name
 an OpenAI-compatible server serves at ``base_url``. Roles whose specs name the same weights share one engine, so
@@ -18,17 +18,15 @@ import argparse
 import asyncio
 import json
 import logging
-import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from data_builder.llm import LLM, LLMSettings
-from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
-from judge.engines.settings import OpenAISettings
+from judge.factory import PLAIN, EngineChoice, LazyEngine, build_engine, engine_config, resolve_engine
 from judge.generation import Validated
-from judge.model_store import DEFAULT_MODEL, DEFAULT_MODEL_NAME, NO_ADAPTER, adapter_id, resolve_model
+from judge.settings import add_arguments, from_namespace, setting
 
 log = logging.getLogger(__name__)
 
@@ -36,64 +34,66 @@ ROLES = ("model", "simulator", "scorer")
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """Which model plays a role and how it samples (one set of ``--<role>-*`` flags)."""
+class ModelSpec(EngineChoice):
+    """Which model plays a role and how it samples (one set of ``--<role>*`` flags): the shared engine choice
+    (:class:`judge.factory.EngineChoice`) plus the role's adapter, regex endpoint and sampling."""
 
-    model: str = field(default=DEFAULT_MODEL, metadata={
-        "help": "'default' (embedded SmolLM2-135M), a local HF folder, a policy checkpoint (adapter folder or "
-                "policy_trainer run folder), or the served model name (backend openai)"})
-    backend: str = field(default="transformers", metadata={"help": f"engine: {', '.join(BACKENDS)}"})
-    adapter: str | None = field(default=None, metadata={"help": "a PEFT LoRA folder applied on top of the model; "
-                                                                 "'none': the model alone (no checkpoint look-up)"})
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint, e.g. "
-                                                                   "http://host:8000/v1 (backend openai)"})
-    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "env var holding the API key (openai)"})
-    openai_regex: bool = field(default=False, metadata={
-        "help": "the endpoint is a vLLM server that takes structured-output regexes (backend openai)"})
-    max_tokens: int = field(default=256, metadata={"help": "new tokens per generation"})
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature (0 = greedy)"})
-    device: str = field(default="auto", metadata={"help": "transformers/vllm device: auto, cpu, cuda"})
-    max_retries: int = field(default=2, metadata={"help": "re-generations of an output in the wrong format"})
+    adapter: str | None = setting(None, help="a PEFT LoRA folder applied on top of the model; 'none': the model "
+                                             "alone (no checkpoint look-up)")
+    openai_regex: bool = setting(False, help="the endpoint is a vLLM server that takes structured-output regexes "
+                                             "(backend openai)")
+    max_tokens: int = setting(256, help="new tokens per generation")
+    temperature: float = setting(0.0, help="sampling temperature (0 = greedy)")
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
-        if self.backend == "openai" and not self.base_url:
-            raise ValueError("backend openai needs base_url (--<role>-base-url http://host:8000/v1)")
-        if self.max_tokens < 1 or self.max_retries < 0 or self.temperature < 0:
-            raise ValueError("max_tokens must be >= 1, max_retries >= 0 and temperature >= 0")
+        super().__post_init__()
+        if self.max_tokens < 1 or self.temperature < 0:
+            raise ValueError("max_tokens must be >= 1 and temperature >= 0")
 
 
 def add_role_options(parser: argparse.ArgumentParser, role: str, **defaults: Any) -> None:
-    """Add ``--<role>`` (the model) and ``--<role>-<field>`` for every other :class:`ModelSpec` field."""
-    group = parser.add_argument_group(f"{role} (the {'model under test' if role == 'model' else role})")
-    for f in fields(ModelSpec):
-        flag = f"--{role}" if f.name == "model" else f"--{role}-{f.name.replace('_', '-')}"
-        default = defaults.get(f.name, f.default)
-        if f.type in ("bool", bool):
-            group.add_argument(flag, dest=f"{role}__{f.name}", action=argparse.BooleanOptionalAction,
-                               default=default, help=f.metadata["help"])
-            continue
-        kind = {"int": int, "float": float}.get(str(f.type), str)
-        group.add_argument(flag, dest=f"{role}__{f.name}", type=kind, default=default,
-                           help=f"{f.metadata['help']} (default: {default})")
+    """Add ``--<role>`` (the model) and ``--<role>-<field>`` for every other :class:`ModelSpec` field (environment
+    ``COMPEER_<ROLE>_<FIELD>``), generated by :mod:`judge.settings`; ``defaults``: the role's own defaults."""
+    add_arguments(parser, ModelSpec, title=f"{role} (the {'model under test' if role == 'model' else role})",
+                  prefix=f"{role}-", defaults=defaults)
 
 
 def spec_from_args(args: argparse.Namespace, role: str) -> ModelSpec:
     """The :class:`ModelSpec` of ``role`` from flags added by :func:`add_role_options`."""
-    return ModelSpec(**{f.name: getattr(args, f"{role}__{f.name}") for f in fields(ModelSpec)})
+    spec: ModelSpec = from_namespace(ModelSpec, args, prefix=f"{role}-")
+    return spec
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """What an engine loads: the base folder (or served name), the adapter, and the identity used in cache keys."""
+    """What an engine loads (a resolved :class:`EngineConfig`: the base folder or served name, the adapter) and the
+    identity used in cache keys."""
 
-    backend: str
-    path: str
-    model_id: str
-    revision: str
-    adapter: str | None = None
-    adapter_id: str | None = None
+    config: EngineConfig
+
+    @property
+    def backend(self) -> str:
+        return self.config.backend
+
+    @property
+    def path(self) -> str:
+        return self.config.model_path
+
+    @property
+    def model_id(self) -> str:
+        return self.config.model_id
+
+    @property
+    def revision(self) -> str:
+        return self.config.revision
+
+    @property
+    def adapter(self) -> str | None:
+        return self.config.adapter
+
+    @property
+    def adapter_id(self) -> str | None:
+        return self.config.adapter_id
 
     @property
     def identity(self) -> str:
@@ -101,36 +101,11 @@ class ResolvedModel:
         return f"{self.model_id}+{self.adapter_id}" if self.adapter_id else self.model_id
 
 
-def _checkpoint_adapter(folder: Path) -> Path | None:
-    for candidate in (folder, folder / "final"):
-        if (candidate / "adapter_config.json").is_file():
-            return candidate
-    return None
-
-
 def resolve_spec(spec: ModelSpec) -> ResolvedModel:
-    """Find the weights of a spec (nothing is downloaded). Raises ``FileNotFoundError`` / ``ValueError``."""
-    if spec.backend == "openai":
-        if spec.model == DEFAULT_MODEL:
-            raise ValueError("backend openai needs the served model's name (--<role> NAME), not 'default'")
-        return ResolvedModel("openai", "", spec.model, f"openai:{spec.base_url}")
-    bare = spec.adapter == NO_ADAPTER  # 'none': the model alone, even where a folder holds a policy checkpoint
-    adapter = None if bare else spec.adapter
-    base = spec.model
-    found = _checkpoint_adapter(Path(spec.model)) if spec.model != DEFAULT_MODEL and adapter is None and not bare \
-        else None
-    if found is not None:  # a policy checkpoint: the base named by the adapter
-        adapter = str(found)
-        cfg = json.loads((found / "adapter_config.json").read_text(encoding="utf-8"))
-        base = str(cfg.get("base_model_name_or_path") or "")
-        if not Path(base).is_dir():
-            if base not in (DEFAULT_MODEL_NAME, DEFAULT_MODEL, ""):
-                raise FileNotFoundError(f"the adapter {found} names base model {base!r}, which is not a local folder; "
-                                        "pass the base with --<role> BASE --<role>-adapter ADAPTER")
-            base = DEFAULT_MODEL
-    ref = resolve_model(base)
-    aid = adapter_id(adapter) if adapter else None
-    return ResolvedModel(spec.backend, ref.path, ref.model_id, ref.revision, adapter, aid)
+    """Find the weights of a spec (:func:`judge.factory.resolve_engine`, nothing is downloaded). Raises
+    ``FileNotFoundError`` / ``ValueError``."""
+    config = engine_config(spec, openai_regex=spec.openai_regex)
+    return ResolvedModel(resolve_engine(config, spec.model, spec.adapter, role=PLAIN))
 
 
 def _engine_key(spec: ModelSpec, resolved: ResolvedModel) -> tuple[str, ...]:
@@ -140,16 +115,17 @@ def _engine_key(spec: ModelSpec, resolved: ResolvedModel) -> tuple[str, ...]:
 class _SharedEngine(Engine):
     """A role's view of a pooled engine: starting it starts the real one once; stopping is the pool's job."""
 
-    def __init__(self, pool: EnginePool, real: Engine) -> None:
-        super().__init__(real.config)
-        self._pool = pool
-        self.real = real
-        self.name = real.name
-        self.supports_regex = real.supports_regex
-        self.supports_line_bound = real.supports_line_bound
+    def __init__(self, lazy: LazyEngine) -> None:
+        assert lazy.engine is not None
+        super().__init__(lazy.engine.config)
+        self._lazy = lazy
+        self.real = lazy.engine
+        self.name = self.real.name
+        self.supports_regex = self.real.supports_regex
+        self.supports_line_bound = self.real.supports_line_bound
 
     async def start(self) -> None:
-        await self._pool.ensure_started(self.real)
+        await self._lazy.get()
 
     async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
         return await self.real.generate(messages, params, request_id)
@@ -158,50 +134,32 @@ class _SharedEngine(Engine):
         """The pool stops the real engine (:meth:`EnginePool.aclose`)."""
 
     def healthy(self) -> bool:
-        return self._pool.started(self.real) and self.real.healthy()
+        return self._lazy.started and self.real.healthy()
 
 
 class EnginePool:
-    """Engines shared by roles with the same weights, started lazily (on a role's first cache miss) and once."""
+    """Engines shared by roles with the same weights (each a :class:`judge.factory.LazyEngine`): built on first
+    request, started on a role's first cache miss, once."""
 
     def __init__(self) -> None:
-        self._engines: dict[tuple[str, ...], Engine] = {}
-        self._started: set[int] = set()
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._engines: dict[tuple[str, ...], LazyEngine] = {}
 
     def engine_for(self, spec: ModelSpec, resolved: ResolvedModel) -> _SharedEngine:
         """The pooled engine of these weights (built, not started, on first request)."""
         key = _engine_key(spec, resolved)
         if key not in self._engines:
-            openai = OpenAISettings(base_url=spec.base_url, api_key=os.environ.get(spec.api_key_env),
-                                    model=spec.model if spec.backend == "openai" else None, regex=spec.openai_regex)
-            self._engines[key] = create_engine(EngineConfig(
-                backend=spec.backend, model_path=resolved.path, model_id=resolved.identity, revision=resolved.revision,
-                adapter=resolved.adapter, adapter_id=resolved.adapter_id, device=spec.device, openai=openai))
-        return _SharedEngine(self, self._engines[key])
+            self._engines[key] = LazyEngine(build_engine(replace(resolved.config, model_id=resolved.identity)))
+        return _SharedEngine(self._engines[key])
 
     def add(self, engine: Engine) -> _SharedEngine:
-        """Pool an engine built elsewhere (tests pass fakes this way)."""
-        self._engines[("external", str(id(engine)))] = engine
-        return _SharedEngine(self, engine)
-
-    def started(self, engine: Engine) -> bool:
-        return id(engine) in self._started
-
-    async def ensure_started(self, engine: Engine) -> None:
-        lock = self._locks.setdefault(id(engine), asyncio.Lock())
-        async with lock:
-            if id(engine) not in self._started:
-                log.info("starting the %s engine for %s", engine.name, engine.config.model_id)
-                await engine.start()
-                self._started.add(id(engine))
+        """Pool an engine built elsewhere (tests pass fakes this way): started once, stopped with the pool."""
+        lazy = self._engines[("external", str(id(engine)))] = LazyEngine(engine, own=True)
+        return _SharedEngine(lazy)
 
     async def aclose(self) -> None:
         """Stop every engine this pool started."""
-        for engine in self._engines.values():
-            if id(engine) in self._started:
-                await engine.stop()
-                self._started.discard(id(engine))
+        for lazy in self._engines.values():
+            await lazy.aclose()
 
 
 class ChatRole:
@@ -219,8 +177,8 @@ class ChatRole:
         self.spec = spec
         self.identity = identity
         self.engine = engine
-        self.llm = LLM(LLMSettings(backend=spec.backend, model=identity, max_retries=spec.max_retries,
-                                   cache_dir=cache_dir, seed=seed), engine=engine)
+        self.llm = LLM(LLMSettings(backend=spec.backend, model=identity, base_url=spec.base_url,
+                                   max_retries=spec.max_retries, cache_dir=cache_dir, seed=seed), engine=engine)
         self._inflight: dict[str, asyncio.Future[Validated[Any]]] = {}
 
     @property

@@ -27,17 +27,29 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from judge.engines.base import Engine, EngineError, GenParams, Message, TokenLogprobs
+from judge.settings import setting
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 EngineSource = Engine | Callable[[], Awaitable[Engine]]
 
 
+#: Re-generations of an output that does not parse or validate, in every command (``--max-retries``).
+DEFAULT_MAX_RETRIES = 2
+
+
+def max_retries_setting() -> Any:
+    """The ``--max-retries`` settings field, defined once for every command that generates (the reward server's
+    judge, the dataset pipeline, the evaluator, the judge evaluation)."""
+    return setting(DEFAULT_MAX_RETRIES, help="re-generations of an output that does not parse or validate (each "
+                                             "hotter, with another seed), then it is reported as failed")
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How many times an invalid output is re-generated, and how hot."""
 
-    max_retries: int = 2
+    max_retries: int = DEFAULT_MAX_RETRIES
     retry_temperature: float = 0.7
 
     def params(self, params: GenParams, attempt: int) -> GenParams:
@@ -170,5 +182,5 @@ async def generate_validated(engine: EngineSource, messages: Sequence[Message], 
     return Validated(None, text, policy.max_retries + 1, generations, hits, tokens=tokens)
 
 
-__all__ = ["DiskCache", "GenerationCache", "RetryPolicy", "Validated", "attempt_key", "content_key", "generate_validated",
-           "sampling_fields"]
+__all__ = ["DEFAULT_MAX_RETRIES", "DiskCache", "GenerationCache", "RetryPolicy", "Validated", "attempt_key",
+           "content_key", "generate_validated", "max_retries_setting", "sampling_fields"]

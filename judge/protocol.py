@@ -23,6 +23,7 @@ from cer.reasoning import STEP_PARTS, ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels
 from judge.engines.base import Message
+from judge.generation import max_retries_setting
 from judge.settings import setting
 
 #: Component names, in judging order.
@@ -214,7 +215,7 @@ class JudgeSettings:
     top_p: float = setting(1.0, help="judge nucleus sampling (top_p)")
     seed: int | None = setting(None, flag="--judge-seed",
                                help="judge sampling seed (none: the engine's; a seed makes sampled judgments cacheable)")
-    max_retries: int = setting(2, help="re-generations of an unparsable round")
+    max_retries: int = max_retries_setting()
     retry_temperature: float = setting(0.7, help="temperature of a re-generation (at least the judge temperature)")
     rationale_max_chars: int = setting(100, help="the longest one-line rationale the verdict grammar allows")
     constrain: bool = setting(True, help="constrain each round to the verdict grammar where the engine can (off: "

@@ -10,11 +10,14 @@ dataclass). Each leaf field becomes one flag and one environment variable:
 * environment: ``COMPEER_<NAME>`` of the positive flag name (``--no-line-bound`` reads ``COMPEER_LINE_BOUND``);
   ``env=`` overrides it (e.g. ``REDIS_URL``). A set variable replaces the default; a flag on the command line wins.
 * ``cli=False`` keeps a field out of both (values the program fills in itself).
+* ``bare=True``: under a prefix the flag is the prefix alone (``--scorer`` for the field ``model`` of the settings
+  added with ``prefix="scorer-"``; ``--model`` without one).
 * ``secret=True`` gives a field its environment variable but no flag (a value on a command line shows in ``ps``
   and shell histories): ``--help`` names the variable in its group's description.
 
-:func:`add_arguments` adds the flags of a settings class to an ``argparse`` parser; :func:`from_namespace` builds the
-(nested) settings object back from the parsed namespace. Defaults live only in the dataclass.
+:func:`add_arguments` adds the flags of a settings class to an ``argparse`` parser (under a ``prefix``, for one set of
+flags per role, and with per-role ``defaults``); :func:`from_namespace` builds the (nested) settings object back from
+the parsed namespace. Defaults live only in the dataclass (or the ``defaults`` a caller states).
 """
 
 from __future__ import annotations
@@ -35,12 +38,12 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def setting(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None, env: str | None = None,
-            choices: Sequence[str] | None = None, cli: bool = True, secret: bool = False,
+            choices: Sequence[str] | None = None, cli: bool = True, secret: bool = False, bare: bool = False,
             default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
     """A dataclass field with its help text and, optionally, its flag name, env name and choices; ``secret``: read
-    from the environment only."""
+    from the environment only; ``bare``: under a prefix, the flag is the prefix alone."""
     metadata = {"help": help, "flag": flag, "env": env, "choices": tuple(choices) if choices else None, "cli": cli,
-                "secret": secret}
+                "secret": secret, "bare": bare}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -65,6 +68,7 @@ class Option:
     choices: tuple[str, ...] | None
     group: str = ""
     secret: bool = False
+    many: bool = False
 
     @property
     def dest(self) -> str:
@@ -77,7 +81,14 @@ class Option:
         return self.kind is bool and self.default is True
 
     def parse(self, raw: str) -> Any:
-        """A value of this option from its string form (an env variable); ValueError naming the env name."""
+        """A value of this option from its string form (an env variable; a list: items split on commas or
+        whitespace); ValueError naming the env name."""
+        if self.many:
+            return [self.parse_item(x) for x in raw.replace(",", " ").split()]
+        return self.parse_item(raw)
+
+    def parse_item(self, raw: str) -> Any:
+        """One value (of a list: one item) from its string form; ValueError naming the env name."""
         if self.optional and raw.strip().lower() in ("", "none", "null"):
             return None
         if self.kind is bool:
@@ -102,8 +113,10 @@ def _plain(value: Any) -> Any:
 
 
 def _leaf_type(hint: Any) -> tuple[type, bool]:
-    """``(type, optional)`` of a field annotation: ``int``, ``float | None``, an Enum ..."""
+    """``(type, optional)`` of a field annotation: ``int``, ``float | None``, an Enum ... (a list: its items' type)"""
     args = typing.get_args(hint)
+    if typing.get_origin(hint) is list and len(args) == 1 and isinstance(args[0], type):
+        return args[0], False
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1:
@@ -136,24 +149,30 @@ def options(cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str 
         else:
             raise TypeError(f"{cls.__name__}.{f.name} has no default: every setting needs one")
         choices = meta.get("choices") or (tuple(str(m.value) for m in kind) if issubclass(kind, enum.Enum) else None)
-        name = prefix + f.name.replace("_", "-")
+        name = prefix.rstrip("-") if meta.get("bare") and prefix else prefix + f.name.replace("_", "-")
         flag = meta.get("flag") or (f"--no-{name}" if kind is bool and default is True else f"--{name}")
         env = meta.get("env") or ENV_PREFIX + flag.removeprefix("--").removeprefix("no-").replace("-", "_").upper()
         out.append(Option((*path, f.name), flag, env, kind, optional, default, meta["help"], choices,
-                          group or cls.__name__, bool(meta.get("secret"))))
+                          group or cls.__name__, bool(meta.get("secret")), typing.get_origin(hints[f.name]) is list))
     return out
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[str, str] | None = None,
-                  title: str = "") -> list[Option]:
+                  title: str = "", prefix: str = "", defaults: Mapping[str, Any] | None = None) -> list[Option]:
     """Add one flag per option of ``cls`` to ``parser``, in one argument group per settings class; a set environment
     variable replaces a default.
 
-    The help of each flag ends with its default and its environment variable. Raises ValueError for an environment
-    value that does not parse (naming the variable and what it expects).
+    ``prefix`` goes in front of every flag (and environment) name (``scorer-``: ``--scorer-backend``,
+    ``COMPEER_SCORER_BACKEND``); ``defaults`` replaces the defaults of top-level fields by name (one role's own,
+    e.g. a shorter ``max_tokens``). The help of each flag ends with its default and its environment variable.
+    Raises ValueError for an environment value that does not parse (naming the variable and what it expects).
     """
     env = os.environ if environ is None else environ
-    opts = options(cls, group=title)
+    given = dict(defaults or {})
+    opts = [dataclasses.replace(o, default=given.pop(o.path[0])) if len(o.path) == 1 and o.path[0] in given else o
+            for o in options(cls, prefix, group=title)]
+    if given:
+        raise TypeError(f"defaults for no setting of {cls.__name__}: {', '.join(given)}")
     groups: dict[str, Any] = {}
     for o in opts:
         group = groups.get(o.group)
@@ -166,11 +185,18 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
         elif o.negated:
             group.add_argument(o.flag, dest=o.dest, action="store_false", default=default,
                                help=f"turn off: {o.help} (on by default; env {o.env}=false)")
+            if o.flag.startswith("--no-"):  # ``--<name>`` turns it back on (an alias: a script may say so)
+                group.add_argument("--" + o.flag.removeprefix("--no-"), dest=o.dest, action="store_true",
+                                   help=argparse.SUPPRESS)
         elif o.kind is bool:
             group.add_argument(o.flag, dest=o.dest, action="store_true", default=default,
                                help=f"{o.help} (off by default; env {o.env}=true)")
+            # ``--no-<name>`` turns it back off (an alias: a script may say so explicitly)
+            group.add_argument("--no-" + o.flag.removeprefix("--"), dest=o.dest, action="store_false",
+                               help=argparse.SUPPRESS)
         else:
             group.add_argument(o.flag, dest=o.dest, type=_converter(o), default=default,
+                               nargs="*" if o.many else None,
                                metavar=("{" + ",".join(o.choices) + "}") if o.choices else None,
                                help=f"{o.help} (default: {_plain(o.default)}; env {o.env})")
     return opts
@@ -179,7 +205,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
 def _converter(o: Option) -> Callable[[str], Any]:
     def convert(raw: str) -> Any:
         try:
-            return o.parse(raw)
+            return o.parse_item(raw)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc).replace(f"{o.env}=", "")) from None
 
@@ -187,9 +213,10 @@ def _converter(o: Option) -> Callable[[str], Any]:
     return convert
 
 
-def from_namespace(cls: Any, namespace: argparse.Namespace) -> Any:
-    """Build ``cls`` (and its nested settings) from the values :func:`add_arguments` parsed into ``namespace``."""
-    values: dict[tuple[str, ...], Any] = {o.path: getattr(namespace, o.dest) for o in options(cls)}
+def from_namespace(cls: Any, namespace: argparse.Namespace, prefix: str = "") -> Any:
+    """Build ``cls`` (and its nested settings) from the values :func:`add_arguments` parsed into ``namespace``
+    (with the same ``prefix``)."""
+    values: dict[tuple[str, ...], Any] = {o.path: getattr(namespace, o.dest) for o in options(cls, prefix)}
     return _build(cls, (), values)
 
 

@@ -19,9 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from judge.device import dtype_name, resolve_device_dtype
-from judge.engines import create_engine
-from judge.model_store import DEFAULT_ADAPTER, NO_ADAPTER, adapter_id, default_embedding_path, resolve_judge
+from judge.factory import JUDGE, build_engine, resolve_engine
+from judge.model_store import default_embedding_path
 from reward_server.auth import GrpcAuth, Guard
 from reward_server.cache import MemoryCache, NoCache, RedisCache, ResultCache
 from reward_server.config import ServerConfig
@@ -63,25 +62,17 @@ def build_embedder(spec: str) -> Embedder | None:
 
 
 async def build_core(config: ServerConfig) -> RewardCore:
-    """Resolve the model, build engine, embedder, cache and metrics (the engine is started by ``core.start``)."""
+    """Resolve the model (:func:`judge.factory.resolve_engine`), build engine, embedder, cache and metrics (the
+    engine is started by ``core.start``). ``config`` is left as given: the core's config is a copy with the resolved
+    engine and the in-flight bound."""
     config.validate()
-    if config.engine.backend != "openai":
-        device, dtype = resolve_device_dtype(config.engine.device, config.engine.dtype)
-        config.max_in_flight_groups = config.in_flight_groups(on_cpu=device == "cpu")
-        # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
-        ref, runtime_adapter = await asyncio.to_thread(resolve_judge, config.model, config.adapter,
-                                                       dtype_name(dtype), device)
-        config.engine = replace(config.engine, model_path=ref.path, model_id=ref.model_id, revision=ref.revision,
-                                precision=f"{device.split(':')[0]}:{dtype_name(dtype)}", adapter=runtime_adapter,
-                                adapter_id=ref.adapter or (adapter_id(runtime_adapter) if runtime_adapter else None))
-    else:
-        if config.adapter not in (DEFAULT_ADAPTER, NO_ADAPTER):
-            raise ValueError("--adapter: the openai backend serves whatever the remote endpoint serves; leave it out")
-        name = config.engine.openai.model or config.model
-        config.engine = replace(config.engine, model_id=name, revision=config.engine.revision or "remote", adapter=None)
+    # the default judge is the base with the shipped adapter merged in; --adapter none / a folder otherwise
+    engine = await asyncio.to_thread(resolve_engine, config.engine, config.model, config.adapter, role=JUDGE)
+    on_cpu = engine.backend != "openai" and engine.precision.startswith("cpu")
+    config = replace(config, engine=engine, max_in_flight_groups=config.in_flight_groups(on_cpu=on_cpu))
     metrics = Metrics()
     embedder = await asyncio.to_thread(build_embedder, config.embedding_model)
-    return RewardCore(config, create_engine(config.engine), embedder, build_cache(config, metrics), metrics)
+    return RewardCore(config, build_engine(config.engine), embedder, build_cache(config, metrics), metrics)
 
 
 def grpc_server_options(config: ServerConfig) -> list[tuple[str, int]]:
@@ -120,6 +111,7 @@ def create_grpc_server(core: RewardCore, health: HealthServicer, guard: Guard) -
 async def serve(config: ServerConfig) -> None:
     """Run both fronts until SIGTERM / SIGINT."""
     core = await build_core(config)
+    config = core.config  # the resolved copy
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

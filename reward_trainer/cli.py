@@ -24,14 +24,15 @@ COMMANDS = ("judge", "judge-eval", "judge-contrast", "judge-ablation")
 
 
 def _eval_flags() -> argparse.ArgumentParser:
+    from judge.factory import EngineChoice
+    from judge.settings import add_arguments
+
     p = argparse.ArgumentParser(add_help=False)
+    # --backend, --model, --device, --base-url, --api-key-env, --max-retries: the judge factory's engine choice
+    add_arguments(p, EngineChoice, title="judging engine (the judge factory's, as every offline command)")
     g = p.add_argument_group("judging (same Judge as the reward service)")
-    g.add_argument("--backend", default="transformers", help="engine backend: transformers | vllm | openai")
-    g.add_argument("--model", default="default", help="base model: 'default' (embedded SmolLM2) or an HF folder")
-    g.add_argument("--device", default="auto", help="engine device: auto | cpu | cuda")
     g.add_argument("--max-items", type=int, default=None, help="evaluate at most N held-out items per variant")
     g.add_argument("--max-tokens", type=int, default=96, help="judge max tokens per component")
-    g.add_argument("--max-retries", type=int, default=2, help="re-generations of an unparsable round")
     g.add_argument("--seed", type=int, default=0, help="judge sampling seed (retries sample)")
     g.add_argument("--concurrency", type=int, default=32, help="items judged concurrently")
     g.add_argument("--max-batch", type=int, default=32, help="engine micro-batch size (transformers)")
@@ -104,14 +105,16 @@ def parse_adapters(values: list[str]) -> dict[str, str]:
 
 def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
     """EvalOptions from the shared judging flags."""
+    from judge.factory import EngineChoice
     from judge.protocol import JudgeSettings
+    from judge.settings import from_namespace
     from reward_trainer.evaluate import EvalOptions
     from reward_trainer.predict import JudgeRuntime
 
-    settings = JudgeSettings(max_tokens_per_component=args.max_tokens, max_retries=args.max_retries, seed=args.seed)
-    runtime = JudgeRuntime(backend=args.backend, model=args.model, device=args.device, max_batch=args.max_batch,
-                           template=args.template, taxonomy=args.taxonomy, settings=settings,
-                           concurrency=args.concurrency)
+    choice: EngineChoice = from_namespace(EngineChoice, args)
+    settings = JudgeSettings(max_tokens_per_component=args.max_tokens, max_retries=choice.max_retries, seed=args.seed)
+    runtime = JudgeRuntime(engine=choice, max_batch=args.max_batch, template=args.template, taxonomy=args.taxonomy,
+                           settings=settings, concurrency=args.concurrency)
     return EvalOptions(data_dir=Path(data), out_dir=Path(out), runtime=runtime, max_items=args.max_items,
                        include_base=not args.no_base, audit=not args.no_audit, auditor_backend=args.auditor_backend,
                        auditor_model=args.auditor_model)

@@ -1,5 +1,5 @@
 """Run held-out judge items through the serving judge: :class:`judge.conversation.Judge` on an engine made by
-:func:`judge.engines.create_engine` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
+:mod:`judge.factory` (base model, or base + a PEFT adapter). Nothing here builds a prompt or
 parses a verdict: the Judge does both, exactly as the reward service does.
 """
 
@@ -10,7 +10,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cer.dialogue import Turn
@@ -20,7 +20,9 @@ from cer.taxonomy import load_taxonomy
 from cer.verdicts import Preference, Verdict
 from judge.conversation import Judge
 from judge.engines.base import Engine, EngineConfig, EngineError
-from judge.engines.settings import TransformersSettings
+from judge.factory import PLAIN, EngineChoice, engine_config, resolve_engine
+from judge.factory import open_engine as factory_open_engine
+from judge.model_store import NO_ADAPTER
 from judge.protocol import (
     DEFAULT_TEMPLATE,
     PREFERENCE,
@@ -91,43 +93,52 @@ def items_from_rows(rows: Any, max_items: int | None = None) -> list[EvalItem]:
 
 @dataclass(frozen=True)
 class JudgeRuntime:
-    """How judges are run for evaluation: backend, base model, device and the judge's sampling policy."""
+    """How judges are run for evaluation: the engine choice (:class:`judge.factory.EngineChoice`: backend, base
+    model, device, endpoint), the micro-batch, the template and taxonomy, and the judge's sampling policy.
 
-    backend: str = "transformers"
-    model: str = "default"
-    device: str = "auto"
+    The judge's retries are ``settings.max_retries`` (``compeer-train`` fills it from ``--max-retries``, which it
+    parses into ``engine`` with the other engine flags); ``engine.max_retries`` is not read here.
+    """
+
+    engine: EngineChoice = field(default_factory=EngineChoice)
     max_batch: int = 32
     template: str = DEFAULT_TEMPLATE
     taxonomy: str | None = None
     settings: JudgeSettings = field(default_factory=lambda: JudgeSettings(seed=0))
     concurrency: int = 32
 
+    @property
+    def backend(self) -> str:
+        """The engine backend."""
+        return self.engine.backend
 
-def model_ref(runtime: JudgeRuntime, model: str | None = None) -> Any:
-    """The resolved base model (:class:`judge.model_store.ModelRef`) in the device's dtype."""
-    from judge.device import dtype_name, resolve_device_dtype
-    from judge.model_store import resolve_model
+    @property
+    def model(self) -> str:
+        """The base model as given (``default``, a base name or an HF folder)."""
+        return self.engine.model
 
-    _, dtype = resolve_device_dtype(runtime.device, "auto")
-    return resolve_model(model or runtime.model, dtype_name(dtype))
+
+def engine_of(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
+              backend: str | None = None) -> EngineConfig:
+    """The resolved engine config of the base model (``model``: another than the runtime's) + ``adapter`` (a PEFT
+    folder; None: the bare base). ``default`` is the plain base judge adapters are trained on
+    (:data:`judge.factory.PLAIN`)."""
+    choice = replace(runtime.engine, model=model or runtime.engine.model, backend=backend or runtime.engine.backend)
+    config = engine_config(choice, max_batch=runtime.max_batch)
+    return resolve_engine(config, choice.model, adapter or NO_ADAPTER, role=PLAIN)
+
+
+def model_ref(runtime: JudgeRuntime, model: str | None = None) -> EngineConfig:
+    """The resolved base model (its ``model_id``, ``revision``, ``model_path``), without an adapter."""
+    return engine_of(runtime, None, model)
 
 
 @asynccontextmanager
 async def open_engine(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
                       backend: str | None = None) -> AsyncIterator[Engine]:
-    """A started engine on the base model (+ ``adapter``), stopped on exit."""
-    from judge.engines import create_engine
-
-    ref = model_ref(runtime, model)
-    engine = create_engine(EngineConfig(backend=backend or runtime.backend, model_path=ref.path,
-                                        model_id=ref.model_id, revision=ref.revision, adapter=adapter,
-                                        device=runtime.device,
-                                        transformers=TransformersSettings(max_batch=runtime.max_batch)))
-    await engine.start()
-    try:
+    """A started engine on the base model (+ ``adapter``), stopped on exit (:func:`judge.factory.open_engine`)."""
+    async with factory_open_engine(engine_of(runtime, adapter, model, backend)) as engine:
         yield engine
-    finally:
-        await engine.stop()
 
 
 def make_judge(engine: Engine, runtime: JudgeRuntime) -> Judge:
@@ -157,5 +168,5 @@ async def predict(judge: Judge, items: list[EvalItem], variant: str, concurrency
     return list(preds)
 
 
-__all__ = ["EvalItem", "JudgeRuntime", "Prediction", "components_of", "gold_of", "item_key", "items_from_rows",
+__all__ = ["EvalItem", "JudgeRuntime", "Prediction", "components_of", "engine_of", "gold_of", "item_key", "items_from_rows",
            "make_judge", "model_ref", "open_engine", "predict"]

@@ -84,11 +84,15 @@ class EngineConfig:
     """What every backend needs, and one typed settings object per backend (each backend reads only its own).
 
     model_path: an HF folder (engines never download). adapter: a PEFT LoRA folder or None. ``model_path``,
-    ``model_id``, ``revision`` and ``adapter_id`` are filled in by whoever resolves the model (the server, the
-    trainers), never set by a user.
+    ``model_id``, ``revision``, ``adapter_id`` and ``precision`` are filled in by
+    :func:`judge.factory.resolve_engine`, never set by a user.
     """
 
-    backend: str = setting("vllm", choices=BACKENDS, help="engine backend")
+    #: vllm, unlike the offline commands' transformers (:data:`judge.factory.DEFAULT_BACKEND`, which says why): the
+    #: server is a long-running service under many concurrent requests, where vLLM's continuous batching pays
+    backend: str = setting("vllm", choices=BACKENDS, help="engine backend (vllm: the server's default, for throughput "
+                                                          "under concurrent requests; the offline commands default to "
+                                                          "transformers)")
     model_path: str = setting("", cli=False, help="the HF folder the engine loads")
     model_id: str = setting("", cli=False, help="the model's reported id")
     revision: str = setting("", cli=False, help="the model's reported revision")

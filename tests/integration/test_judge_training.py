@@ -38,6 +38,7 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     from datasets import load_from_disk
     from safetensors.torch import load_file
 
+    from judge.factory import EngineChoice
     from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
     from reward_trainer.cli import main
     from reward_trainer.metrics import METRIC_KEYS
@@ -72,7 +73,7 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
 
     # 3. through the serving path: the same Judge on the transformers engine, base vs base + adapter
     items = items_from_rows(load_from_disk(str(data / "unified"))["heldout"], max_items=1)
-    runtime = JudgeRuntime(backend="transformers", device="cpu",
+    runtime = JudgeRuntime(engine=EngineChoice(backend="transformers", device="cpu"),
                            settings=JudgeSettings(max_tokens_per_component=20, max_retries=0, seed=0))
 
     async def judge_texts(adapter_dir: str | None) -> list[str]:
