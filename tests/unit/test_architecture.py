@@ -121,6 +121,7 @@ HOMES: dict[str, str] = {
     "resolve_device": "judge/device.py", "resolve_device_dtype": "judge/device.py", "dtype_name": "judge/device.py",
     "content_key": "judge/generation.py", "attempt_key": "judge/generation.py", "judgment_key": "judge/conversation.py",
     "cache_key": "reward_server/cache.py", "parse_verdicts": "cer/verdicts.py",
+    "kappa": "cer/agreement.py", "label_matrix": "cer/agreement.py",
 }
 #: the one module that compiles the CER tag regex
 TAG_HOME = "cer/reasoning.py"
