@@ -64,6 +64,8 @@ def make_parser() -> argparse.ArgumentParser:
     rp.add_argument("--eval-step", nargs="*", default=[], metavar="POLICY=STEP",
                     help="a policy evaluated from an earlier checkpoint than --steps (e.g. d=20); labelled in the table")
     rp.add_argument("--notes", type=Path, help="a written Markdown section put after the conclusion")
+    rp.add_argument("--preface", type=Path, help="a Markdown note put verbatim at the top (a correction found after "
+                                                 "the run; default: ROOT/notes.md when present)")
     return p
 
 
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         from compeer_loop.report import write_report
 
         print(write_report(args.root, args.out, args.gpu_log, eval_steps=_eval_steps(args.eval_step),
-                           notes=args.notes))
+                           notes=args.notes, preface=args.preface))
         return 0
     except (ValueError, FileNotFoundError) as exc:
         print(f"compeer-loop {args.command}: {exc}", file=sys.stderr)

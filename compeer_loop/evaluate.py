@@ -4,6 +4,7 @@
 Outputs in ``ROOT/eval/<policy>/``: ``gold/`` (the evaluator's resumable run folder: the policy's raw output, its
 ``<response>``, ``<strategy>`` name and format validity per prompt), ``scored.jsonl`` (the trained judge's status and
 reward components per prompt, resumable), ``records.jsonl`` (both joined, with per-prompt ROUGE-L and length) and
+the independent scorer's rating per reply (``independent_rating``, ``independent_status``; cached in ``rated/``),
 ``esc.json`` (the ESC-Eval-style run's summary, from its resumable folder ``esc/``; ``esc_cards`` > 0) and
 ``done.json`` (counts). The figures and their bootstrap intervals are computed from ``records.jsonl`` by the report
 (:mod:`compeer_loop.stats`), where the metric libraries are installed (the GPU machine lacks nltk and rouge-score).
@@ -21,6 +22,7 @@ from typing import Any
 
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
+from compeer_loop.independent import rate_replies, scorer_spec
 from compeer_loop.plan import BASE_POLICY, LoopSettings, judge_servers
 from compeer_loop.prompts import CARDS_FILE, EVAL_FILE, read_jsonl
 from compeer_loop.runner import load_settings, policy_dir
@@ -112,10 +114,13 @@ async def generate(root: Path, s: LoopSettings, name: str, out: Path) -> list[di
 async def esc(root: Path, s: LoopSettings, name: str, out: Path) -> dict[str, Any]:
     """The ESC-Eval-style evaluation of one policy (resumable evaluator run in ``out/esc``): ``esc_rounds`` rounds
     with a simulated seeker on the first ``esc_cards`` cards of the valid dialogues, then 7 dimensions scored 0-4;
-    simulator and scorer are the base model (named in the summary). Returns the evaluator's summary + identities."""
+    simulator and scorer are the independent scorer's model (``independent_scorer``; the base policy model when that
+    is ``none``), named in the summary. Returns the evaluator's summary + identities."""
     cards = load_cards(Path(s.prompts) / CARDS_FILE)[: s.esc_cards]
     spec = policy_spec(root, s, name)
-    helper = ModelSpec(model=_base_path(s), device=s.device, max_tokens=s.eval_max_tokens, temperature=0.0)
+    independent = scorer_spec(s)
+    helper = ModelSpec(model=independent.model if independent else _base_path(s), adapter=(
+        independent.adapter if independent else None), device=s.device, max_tokens=s.eval_max_tokens, temperature=0.0)
     specs = {"model": spec, "simulator": helper, "scorer": helper}
     identities = {r: resolve_spec(x).identity for r, x in specs.items()}
     cfg = EscConfig(rounds=s.esc_rounds, model_format="cer")
@@ -168,6 +173,20 @@ async def score(records: list[dict[str, Any]], address: str, path: Path) -> dict
     return done
 
 
+async def rate(records: list[dict[str, Any]], s: LoopSettings, out: Path) -> dict[str, dict[str, Any]]:
+    """The independent scorer's 1-5 rating of every answered reply (resumable evaluator run in ``out/rated``;
+    :mod:`compeer_loop.independent`); empty when ``independent_scorer`` is ``none``."""
+    spec = scorer_spec(s)
+    if spec is None:
+        return {}
+    run = RunDir.open(out / "rated", "rated", {"scorer": resolve_spec(spec).identity, "adapter": spec.adapter})
+    roles = build_roles({r: spec for r in ROLES}, run.cache_dir, s.seed)
+    try:
+        return await rate_replies(records, roles.scorer, s.eval_concurrency)
+    finally:
+        await roles.aclose()
+
+
 DONE_FILE, ESC_FILE = "done.json", "esc.json"
 
 
@@ -179,7 +198,8 @@ def evaluate_policy(root: Path, name: str) -> dict[str, Any]:
     records = asyncio.run(generate(root, s, name, out))
     address = judge_servers(s)["trained"].address
     scores = asyncio.run(score(records, address, out / "scored.jsonl"))
-    joined = [{**r, **scores.get(r["id"], {})} for r in records]
+    ratings = asyncio.run(rate(records, s, out))
+    joined = [{**r, **scores.get(r["id"], {}), **ratings.get(r["id"], {})} for r in records]
     with (out / "records.jsonl").open("w", encoding="utf-8") as fh:
         for r in joined:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")

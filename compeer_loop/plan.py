@@ -61,6 +61,8 @@ ARMS: tuple[Arm, ...] = (
 ARM_BY_NAME = {a.name: a for a in ARMS}
 #: the policy evaluated beside the arms: SmolLM2 as shipped, no warm-up, no GRPO
 BASE_POLICY = "base"
+#: ``independent_scorer`` values: the bare base of the device's default judge; not run
+JUDGE_BASE, NO_SCORER = "judge-base", "none"
 
 
 def _help(text: str) -> dict[str, str]:
@@ -109,6 +111,16 @@ class LoopSettings:
         "ESC-Eval-style dialogues per policy (the first N cards of the valid dialogues; simulator and scorer: the "
         "base SmolLM2-135M-Instruct, the only model offline); 0: not run"))
     esc_rounds: int = field(default=5, metadata=_help("seeker/policy rounds of each ESC-Eval-style dialogue"))
+    independent_scorer: str = field(default=JUDGE_BASE, metadata=_help(
+        "the scorer that is not the training judge (issue 26 item 4): a zero-shot 1-5 rater of every evaluation "
+        "reply, and the simulator + scorer of the ESC-Eval-style step. `judge-base`: the bare base of the device's "
+        "default judge (Qwen2.5-Coder-1.5B on cuda, SmolLM2-135M on cpu); or `default` (SmolLM2-135M-Instruct) or an "
+        "HF folder; `none`: not run"))
+    independent_scorer_adapter: str = field(default="none", metadata=_help(
+        "the independent scorer's adapter: `none` (the bare model) or a PEFT folder; never a training judge's "
+        "(`default`, the PRM/ORM adapters: the plan is refused)"))
+    distinct_first_tokens: int = field(default=16, metadata=_help(
+        "distinct-n is also reported on each reply's first N tokens (apart from reply length)"))
     eval_concurrency: int = field(default=64, metadata=_help("evaluation requests in flight per policy"))
     server_wait_s: float = field(default=420.0, metadata=_help("how long a reward server may take to become ready"))
     base_port: int = field(default=50061, metadata=_help("gRPC port of the first judge server (HTTP: base_port + 100 + i)"))
@@ -129,6 +141,12 @@ class LoopSettings:
                              "control that each arm's judge scores what its plan says")
         if self.max_concurrent_arms is not None and self.max_concurrent_arms < 1:
             raise ValueError(f"max_concurrent_arms must be >= 1 (got {self.max_concurrent_arms})")
+        if self.distinct_first_tokens < 2:
+            raise ValueError(f"distinct_first_tokens must be >= 2 (got {self.distinct_first_tokens})")
+        training = {a for a in ("default", self.prm_adapter, self.orm_adapter) if a}
+        if self.independent_scorer != NO_SCORER and self.independent_scorer_adapter in training:
+            raise ValueError(f"independent_scorer_adapter {self.independent_scorer_adapter!r} is a training judge's "
+                             "adapter: the independent scorer must not be the judge an arm trains against")
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device {self.device!r}: expected cuda or cpu")
 
@@ -138,8 +156,8 @@ class LoopSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoopSettings:
         names = {f.name for f in fields(cls)}
-        # a plan written before the ESC-Eval-style step existed did not run it
-        return cls(**{"esc_cards": 0, **{k: v for k, v in data.items() if k in names}})
+        # a plan written before the ESC-Eval-style step / the independent scorer existed did not run them
+        return cls(**{"esc_cards": 0, "independent_scorer": NO_SCORER, **{k: v for k, v in data.items() if k in names}})
 
 
 def all_judges(s: LoopSettings) -> dict[str, JudgeServer]:

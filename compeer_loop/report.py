@@ -9,32 +9,26 @@ Every number comes from the loop folder (``plan.json``, ``state.json``, ``<arm>/
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from compeer_loop.evaluate import ESC_FILE
 from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
 from compeer_loop.prompts import read_jsonl
-from compeer_loop.report_runs import gpu_section, judges_and_machines, trained_against
+from compeer_loop.replies import CONSTANT_REPLY
+from compeer_loop.report_checks import (
+    constant_row,
+    independent_section,
+    judge_verified,
+    paired_section,
+    replies_lines,
+    skeptic_table,
+)
+from compeer_loop.report_runs import gpu_section, judges_and_machines, trained_against, write_curves
 from compeer_loop.runner import STATE_FILE, load_settings
 from compeer_loop.stats import add_item_figures, disjoint, judge_follows, summarise
 from evaluator.esc_eval import flat_note
 
-#: metrics.jsonl key(s) per curve (the first key present is drawn)
-CURVES: dict[str, tuple[str, ...]] = {
-    "reward": ("reward",),
-    "reward_raw": ("compeer/reward_raw_mean",),
-    "step_reward": ("compeer/step_reward_mean",),
-    "preference_reward": ("compeer/preference_reward_mean",),
-    "format_reward": ("compeer/format_reward_mean",),
-    "s_in": ("compeer/s_in_mean",),
-    "s_hi": ("compeer/s_hi_mean",),
-    "completion_length": ("completions/mean_length",),
-    "clip_ratio": ("clip_ratio/region_mean",),
-    "kl": ("kl",),
-    "frac_reward_zero_std": ("frac_reward_zero_std",),
-}
 COLUMNS = (("strategy_accuracy", "strategy acc. %"), ("bleu_2", "BLEU-2"), ("rouge_l", "ROUGE-L"),
            ("distinct_1", "D-1"), ("distinct_2", "D-2"), ("format_ok", "format ok %"), ("mean_length", "length"),
            ("reward_total", "judge total"), ("reward_steps", "judge steps"), ("reward_preference", "judge pref."),
@@ -53,15 +47,26 @@ def policy_label(name: str) -> str:
     return "base (no training)" if name == BASE_POLICY else f"({name}) {ARM_BY_NAME[name].title}"
 
 
-def load_figures(root: Path, s: LoopSettings, n_boot: int = 1000) -> dict[str, dict[str, Any]]:
-    """Per policy with records: :func:`compeer_loop.stats.summarise` of its evaluation records."""
+#: a Markdown file in the loop folder put verbatim at the top of the report (a correction found after the run)
+NOTES_FILE = "notes.md"
+
+
+def load_records(root: Path, s: LoopSettings) -> dict[str, list[dict[str, Any]]]:
+    """Per policy with records: its evaluation records, answered ones with their item figures."""
     out = {}
     for name in s.eval_policies:
         path = root / "eval" / name / "records.jsonl"
         if path.exists():
-            records = [add_item_figures(r) if r.get("status") == "ok" else r for r in read_jsonl(path)]
-            out[name] = summarise(records, n_boot=n_boot, seed=s.seed)
+            out[name] = [add_item_figures(r, s.distinct_first_tokens) if r.get("status") == "ok" else r
+                         for r in read_jsonl(path)]
     return out
+
+
+def load_figures(root: Path, s: LoopSettings, n_boot: int = 1000,
+                 records: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per policy with records: :func:`compeer_loop.stats.summarise` of its evaluation records."""
+    records = load_records(root, s) if records is None else records
+    return {name: summarise(rs, n_boot=n_boot, seed=s.seed) for name, rs in records.items()}
 
 
 def _cell(f: dict[str, Any] | None) -> str:
@@ -77,8 +82,9 @@ def _fmt(value: float | None) -> str:
 
 
 def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = None,
-          judges: dict[str, str] | None = None) -> str:
-    """Policies x metrics; ``judges``: per GRPO arm, the judge it trained against (base, revision, adapter)."""
+          judges: dict[str, str] | None = None, constant: dict[str, float | None] | None = None) -> str:
+    """Policies x metrics; ``judges``: per GRPO arm, the judge it trained against (base, revision, adapter);
+    ``constant``: :func:`compeer_loop.report_checks.constant_row`, shown as a control row."""
     steps, judges = eval_steps or {}, judges or {}
     head = "| policy | prompts (answered / judged) | " + " | ".join(t for _, t in COLUMNS) + " | trained against |"
     rows = [head, "|" + "---|" * (len(COLUMNS) + 3)]
@@ -87,6 +93,9 @@ def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = N
         at = f" @ step {steps[name]}" if name in steps else ""
         rows.append(f"| {policy_label(name)}{at} | {summary['prompts']} ({summary['answered']} / {summary['judged_ok']}) | "
                     + " | ".join(_cell(f.get(k)) for k, _ in COLUMNS) + f" | {judges.get(name, '—')} |")
+    if constant:
+        rows.append(f"| control: the constant reply \"{CONSTANT_REPLY}\" | {constant['prompts']} (—) | "
+                    + " | ".join(_fmt(constant.get(k)) if k in constant else "—" for k, _ in COLUMNS) + " | — |")
     return "\n".join(rows)
 
 
@@ -238,38 +247,6 @@ def conclusion(checks: list[str], root: Path, s: LoopSettings, eval_steps: dict[
     return " ".join(lines)
 
 
-def write_curves(root: Path, s: LoopSettings, out: Path) -> list[str]:
-    """One PNG per curve, a line per GRPO arm; curves no arm logged are left out."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = {a: read_jsonl(root / a / "metrics.jsonl") for a in s.arms
-               if ARM_BY_NAME[a].grpo and (root / a / "metrics.jsonl").exists()}
-    written = []
-    for name, keys in CURVES.items():
-        fig, ax = plt.subplots(figsize=(6.5, 3.6))
-        drawn = 0
-        for arm, rows in metrics.items():
-            key = next((k for k in keys if any(k in r for r in rows)), None)
-            pts = [(r["step"], r[key]) for r in rows if key and isinstance(r.get(key), (int, float))
-                   and math.isfinite(float(r[key]))]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", markersize=2, label=f"({arm})")
-                drawn += 1
-        if drawn:
-            ax.set_xlabel("GRPO step")
-            ax.set_title(f"{name} ({keys[0]})")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            fig.savefig(out / f"curves_{name}.png", dpi=100)
-            written.append(f"curves_{name}.png")
-        plt.close(fig)
-    return written
-
-
 def _short(text: str, n: int = 280) -> str:
     text = " ".join(str(text).split()).replace("|", "/")
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -294,23 +271,32 @@ def side_by_side(root: Path, s: LoopSettings, k: int = 3) -> str:
 
 
 def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int = 1000,
-                 eval_steps: dict[str, int] | None = None, notes: Path | None = None) -> Path:
+                 eval_steps: dict[str, int] | None = None, notes: Path | None = None,
+                 preface: Path | None = None) -> Path:
     """Write report.md, figures.json and the curves into ``out``; returns the report's path.
 
     ``eval_steps`` names policies evaluated from an earlier checkpoint than ``steps`` (policy -> GRPO step), which
     the loop folder cannot tell; ``notes`` is a written Markdown section ("What happened on the GPU") put after the
-    conclusion."""
+    conclusion; ``preface`` (else ``ROOT/notes.md`` when present) is put verbatim at the top."""
     s = load_settings(root)
     out.mkdir(parents=True, exist_ok=True)
     state = json.loads((root / STATE_FILE).read_text()) if (root / STATE_FILE).exists() else {}
-    figs = load_figures(root, s, n_boot)
-    (out / "figures.json").write_text(json.dumps(figs, indent=1) + "\n")
+    records = load_records(root, s)
+    figs = load_figures(root, s, n_boot, records)
+    labels = {p: policy_label(p) for p in figs}
+    verified = judge_verified(root, list(figs), {a: a in ARM_BY_NAME and ARM_BY_NAME[a].grpo for a in figs})
+    constant = constant_row(next(iter(records.values()))) if records else None
+    paired_text, paired = paired_section(records, {p: s.seed for p in records}, seed=s.seed)
+    (out / "figures.json").write_text(json.dumps({**figs, "_constant_reply": constant, "_paired": paired},
+                                                 indent=1) + "\n")
+    top = preface if preface is not None else (root / NOTES_FILE if (root / NOTES_FILE).exists() else None)
     curves = write_curves(root, s, out)
     manifest = root / "prompts-manifest.json"
     counts = json.loads(manifest.read_text())["counts"] if manifest.exists() else {}
     text = [
         "# The COMPEER loop on ESConv: GRPO against UnifiReward, arm by arm",
         "",
+        *([top.read_text().strip(), ""] if top is not None else []),
         (f"Policy SmolLM2-135M-Instruct + LoRA (profile `{s.profile}`), seed {s.seed}, {s.steps} GRPO steps per arm "
         f"from one shared SFT warm-up of {s.warmup_steps} steps; prompts from ESConv train "
         f"({counts.get('grpo_train', '?')} GRPO prompts, {counts.get('warmup', '?')} warm-up rows), evaluation on "
@@ -319,7 +305,25 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         f"bootstrap 95% over prompts ({n_boot} resamples)."),
         "",
         "## Arms x metrics",
-        table(figs, eval_steps, trained_against(root, s)),
+        table(figs, eval_steps, trained_against(root, s), constant),
+        "",
+        "## What a skeptic asks of these figures (issue 26, item 4)",
+        ("Strategy accuracy beside always naming the most frequent annotated strategy on the same prompts, and "
+         "Cohen's kappa of the named strategy with the annotated one (0: no better than chance). Degenerate: replies "
+         "the dataset pipeline's rule marks (a stage label or the judge's own wording, a repeated sentence, a cut "
+         "reply, a known generic template, a short reply with no word of its conversation). The judge's total among "
+         f"format-valid replies only; distinct-n over each reply's first {s.distinct_first_tokens} tokens beside the "
+         "full reply (the gain in the full-reply figure that the first tokens do not show is reply length)."),
+        "",
+        skeptic_table(figs, records, labels, verified, s.distinct_first_tokens),
+        "",
+        *replies_lines(records, labels),
+        "",
+        "### Independent scorer",
+        independent_section(figs, s.independent_scorer),
+        "",
+        "### Paired comparisons between arms",
+        paired_text,
         "",
         "## The issue's goals, checked against these figures",
         *[f"- {g}" for g in goals(figs)],

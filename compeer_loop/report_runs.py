@@ -1,6 +1,6 @@
 """The report's sections on how the arms ran: which judge each GRPO arm was verified to train against (base model,
 revision, adapter and its hash; :mod:`compeer_loop.controls`), what that judge gave the fixed probe, which machine
-and card ran each arm (:mod:`compeer_loop.placement`), and the GPU time and run status.
+and card ran each arm (:mod:`compeer_loop.placement`), the GPU time and run status, and the training curves.
 
 Everything comes from the loop folder: ``<arm>/judge.json``, ``<arm>/machine.json`` (copied with the arm by
 ``compeer-loop merge``) and ``state.json``.
@@ -8,12 +8,29 @@ Everything comes from the loop folder: ``<arm>/judge.json``, ``<arm>/machine.jso
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from compeer_loop.controls import read_judge_record
 from compeer_loop.placement import read_launches, where_ran
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings
+from compeer_loop.prompts import read_jsonl
+
+#: metrics.jsonl key(s) per curve (the first key present is drawn)
+CURVES: dict[str, tuple[str, ...]] = {
+    "reward": ("reward",),
+    "reward_raw": ("compeer/reward_raw_mean",),
+    "step_reward": ("compeer/step_reward_mean",),
+    "preference_reward": ("compeer/preference_reward_mean",),
+    "format_reward": ("compeer/format_reward_mean",),
+    "s_in": ("compeer/s_in_mean",),
+    "s_hi": ("compeer/s_hi_mean",),
+    "completion_length": ("completions/mean_length",),
+    "clip_ratio": ("clip_ratio/region_mean",),
+    "kl": ("kl",),
+    "frac_reward_zero_std": ("frac_reward_zero_std",),
+}
 
 
 def _num(value: float | None) -> str:
@@ -35,7 +52,7 @@ def trained_against(root: Path, s: LoopSettings) -> dict[str, str]:
             continue
         record = read_judge_record(root / arm)
         out[arm] = ("; ".join(f"{j['server']}: {_judge_id(j['served'])}" for j in record["judges"])
-                    if record else "not verified (no judge.json)")
+                    if record else "judge not verified (no judge.json)")
     return out
 
 
@@ -74,7 +91,7 @@ def judges_and_machines(root: Path, s: LoopSettings) -> str:
         where = where_ran(read_launches(root / arm))
         record = read_judge_record(root / arm)
         if not ARM_BY_NAME[arm].grpo or record is None:
-            judge = "—" if not ARM_BY_NAME[arm].grpo else "not verified"
+            judge = "—" if not ARM_BY_NAME[arm].grpo else "judge not verified (no judge.json)"
             rows.append(f"| ({arm}) | {judge} | — | — | — | — | {where} |")
             continue
         for j in record["judges"]:
@@ -122,3 +139,35 @@ def gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
     if gpu_log is not None and gpu_log.exists():
         lines += ["", "GPU calls (as logged by the lead):", "```", gpu_log.read_text().strip(), "```"]
     return "\n".join(lines)
+
+
+def write_curves(root: Path, s: LoopSettings, out: Path) -> list[str]:
+    """One PNG per curve, a line per GRPO arm; curves no arm logged are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = {a: read_jsonl(root / a / "metrics.jsonl") for a in s.arms
+               if ARM_BY_NAME[a].grpo and (root / a / "metrics.jsonl").exists()}
+    written = []
+    for name, keys in CURVES.items():
+        fig, ax = plt.subplots(figsize=(6.5, 3.6))
+        drawn = 0
+        for arm, rows in metrics.items():
+            key = next((k for k in keys if any(k in r for r in rows)), None)
+            pts = [(r["step"], r[key]) for r in rows if key and isinstance(r.get(key), (int, float))
+                   and math.isfinite(float(r[key]))]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", markersize=2, label=f"({arm})")
+                drawn += 1
+        if drawn:
+            ax.set_xlabel("GRPO step")
+            ax.set_title(f"{name} ({keys[0]})")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / f"curves_{name}.png", dpi=100)
+            written.append(f"curves_{name}.png")
+        plt.close(fig)
+    return written

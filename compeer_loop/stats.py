@@ -7,6 +7,14 @@ replies, so fewer of its n-grams are distinct: on 30 replies the resampled value
 figure); its percentile interval is shifted by the bootstrap's bias (the figure minus the mean of the resampled
 values), so it keeps the resampling spread around the figure itself. Figures a policy has no data for are None,
 never made up.
+
+Beside the figures (issue 26, item 4): the majority-strategy baseline on the same prompts and Cohen's kappa of the
+named strategy with the annotated one (chance-corrected: 0 for always naming one strategy), the share of degenerate
+replies and of the most frequent reply (:mod:`compeer_loop.replies`), the judge's total among format-valid replies
+only, distinct-n on the first ``N`` tokens, and the independent scorer's rating. Between two arms,
+:func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a pair is one
+prompt under one seed), with a paired bootstrap 95% interval of the mean difference and a sign-flip permutation
+p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed means.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from cer.agreement import kappa, label_matrix
 from cer.taxonomy import strategy_accuracy
+from compeer_loop.replies import first_tokens, is_degenerate, mark_reply, top_reply_share
 from evaluator.metrics import bleu2, distinct_n, mean_length, rouge_l
 
 Record = dict[str, Any]
@@ -35,6 +45,42 @@ def _judged(rs: Sequence[Record], key: str) -> float | None:
     return _mean([float(r[key]) for r in rs if r.get("judge_status") == "ok" and r.get(key) is not None])
 
 
+def _first(r: Record) -> str:
+    """The reply's first tokens (:func:`add_item_figures`; :data:`FIRST_TOKENS` for a record it did not see)."""
+    return str(r["first_text"]) if "first_text" in r else first_tokens(r["text"], FIRST_TOKENS)
+
+
+def _gold(rs: Sequence[Record]) -> list[Record]:
+    return [r for r in rs if r.get("gold_strategy")]
+
+
+def majority_baseline(rs: Sequence[Record]) -> float | None:
+    """Strategy accuracy (times 100) of always naming the most frequent annotated strategy of these prompts."""
+    gold = [str(r["gold_strategy"]) for r in _gold(rs)]
+    return 100.0 * max(gold.count(g) for g in set(gold)) / len(gold) if gold else None
+
+
+def strategy_kappa(rs: Sequence[Record]) -> float | None:
+    """Cohen's kappa of the named strategy (none named: a class of its own) with the annotated one."""
+    gold = _gold(rs)
+    if len(gold) < 2:
+        return None
+    return kappa(label_matrix([str(r["gold_strategy"]) for r in gold], [r.get("strategy") for r in gold]))
+
+
+def _format_ok_total(rs: Sequence[Record]) -> float | None:
+    return _mean([float(r["reward_total"]) for r in rs if r.get("format_ok") and r.get("judge_status") == "ok"
+                  and r.get("reward_total") is not None])
+
+
+def _independent(rs: Sequence[Record]) -> float | None:
+    return _mean([float(r["independent_rating"]) for r in rs if r.get("independent_rating") is not None])
+
+
+def _independent_failed(rs: Sequence[Record]) -> float | None:
+    return _mean([100.0 * (r.get("independent_rating") is None) for r in rs if "independent_status" in r])
+
+
 FIGURES: dict[str, Figure] = {
     "strategy_accuracy": lambda rs: strategy_accuracy([r.get("strategy") for r in rs],
                                                       [r.get("gold_strategy") for r in rs]),
@@ -42,26 +88,41 @@ FIGURES: dict[str, Figure] = {
     "rouge_l": lambda rs: _mean([float(r["rouge_l"]) for r in rs]),
     "distinct_1": lambda rs: distinct_n([r["text"] for r in rs], 1),
     "distinct_2": lambda rs: distinct_n([r["text"] for r in rs], 2),
+    "distinct_1_first": lambda rs: distinct_n([_first(r) for r in rs], 1),
+    "distinct_2_first": lambda rs: distinct_n([_first(r) for r in rs], 2),
+    "majority_baseline": majority_baseline,
+    "strategy_kappa": strategy_kappa,
+    "degenerate": lambda rs: _mean([100.0 * is_degenerate(r.get("reply_mark")) for r in rs]),
+    "top_reply_share": lambda rs: top_reply_share([r["text"] for r in rs])[0],
     "format_ok": format_ok,
     "mean_length": lambda rs: _mean([float(r["length"]) for r in rs]),
     "reward_total": lambda rs: _judged(rs, "reward_total"),
     "reward_steps": lambda rs: _judged(rs, "reward_steps_mean"),
     "reward_preference": lambda rs: _judged(rs, "reward_preference"),
     "reward_format": lambda rs: _judged(rs, "reward_format"),
+    "reward_total_format_ok": _format_ok_total,
+    "independent_rating": _independent,
+    "independent_failed": _independent_failed,
     "judge_parse_failure": lambda rs: _mean([100.0 * (r.get("judge_status") == "parse_failed") for r in rs
                                               if r.get("judge_status") is not None]),
 }
 #: figures where higher is better (the others are descriptive)
 #: corpus-level figures whose bootstrap is biased by repeated replies (their intervals are bias-shifted)
-BIAS_SHIFTED = ("distinct_1", "distinct_2")
+BIAS_SHIFTED = ("distinct_1", "distinct_2", "distinct_1_first", "distinct_2_first")
 HIGHER_IS_BETTER = ("strategy_accuracy", "bleu_2", "rouge_l", "distinct_1", "distinct_2", "format_ok",
-                    "reward_total", "reward_steps", "reward_preference", "reward_format")
+                    "reward_total", "reward_steps", "reward_preference", "reward_format", "strategy_kappa",
+                    "distinct_1_first", "distinct_2_first", "reward_total_format_ok", "independent_rating")
+#: first tokens of a reply that distinct-n is also computed on (the plan's ``distinct_first_tokens``)
+FIRST_TOKENS = 16
 
 
-def add_item_figures(r: Record) -> Record:
-    """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's length."""
+def add_item_figures(r: Record, first_n: int = FIRST_TOKENS) -> Record:
+    """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's length, its first
+    ``first_n`` tokens and the degenerate-reply rule's mark (:func:`compeer_loop.replies.mark_reply`)."""
     r["rouge_l"] = rouge_l([r["text"]], [r["reference"]])
     r["length"] = mean_length([r["text"]]) or 0.0
+    r["first_text"] = first_tokens(r["text"], first_n)
+    r["reply_mark"] = mark_reply(r["text"], r.get("history") or [], r.get("raw"), bool(r.get("format_ok", True)))
     return r
 
 
@@ -121,3 +182,55 @@ def judge_follows(rs: Sequence[Record]) -> dict[str, Any]:
         rho = float(spearmanr(lengths, totals).statistic)
     return {"n": len(ok), "rho_length_total": rho, "total_strategy_right": _mean(right), "n_right": len(right),
             "total_strategy_wrong": _mean(wrong), "n_wrong": len(wrong)}
+
+
+#: per-prompt scores the paired comparisons use (None: the prompt has no such score and is left out of the pairs)
+PER_PROMPT: dict[str, Callable[[Record], float | None]] = {
+    "strategy_correct": lambda r: (100.0 * (r.get("strategy") == r["gold_strategy"]) if r.get("gold_strategy")
+                                   else None),
+    "rouge_l": lambda r: r.get("rouge_l"),
+    "reward_total": lambda r: r.get("reward_total") if r.get("judge_status") == "ok" else None,
+    "reward_total_format_ok": lambda r: (r.get("reward_total") if r.get("judge_status") == "ok" and r.get("format_ok")
+                                         else None),
+    "independent_rating": lambda r: r.get("independent_rating"),
+}
+
+
+def per_prompt(records: Sequence[Record], key: str, seed: int) -> dict[tuple[int, str], float]:
+    """``(seed, prompt id) -> score`` of the answered records that have a ``key`` score (:data:`PER_PROMPT`)."""
+    out = {}
+    for r in records:
+        value = PER_PROMPT[key](r) if r.get("status") == "ok" else None
+        if value is not None:
+            out[(seed, str(r["id"]))] = float(value)
+    return out
+
+
+def paired_difference(a: dict[Any, float], b: dict[Any, float], n_boot: int = 2000, n_perm: int = 2000,
+                      seed: int = 0, alpha: float = 0.05) -> dict[str, Any]:
+    """Mean of ``a - b`` over the keys both have (prompt x seed pairs), its paired bootstrap ``1 - alpha`` interval
+    (the pairs resampled with replacement) and a two-sided sign-flip permutation p-value (each pair's difference
+    flipped at random; ``(1 + hits) / (1 + n_perm)``). None where fewer than 2 pairs."""
+    keys = sorted(set(a) & set(b))
+    out: dict[str, Any] = {"n": len(keys), "diff": None, "lo": None, "hi": None, "p": None}
+    if len(keys) < 2:
+        return out
+    d = np.array([a[k] - b[k] for k in keys])
+    rng = np.random.default_rng(seed)
+    observed = float(d.mean())
+    boots = d[rng.integers(0, len(d), (n_boot, len(d)))].mean(axis=1)
+    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    flips = rng.choice(np.array([-1.0, 1.0]), size=(n_perm, len(d)))
+    hits = int(np.sum(np.abs((flips * d).mean(axis=1)) >= abs(observed) - 1e-12))
+    out.update(diff=observed, lo=float(lo), hi=float(hi), p=(1 + hits) / (1 + n_perm))
+    return out
+
+
+def seed_spread(scores: dict[tuple[int, str], float]) -> dict[str, Any]:
+    """Per seed, the arm's mean score, and the standard deviation (ddof 1) of those means (None with one seed)."""
+    by_seed: dict[int, list[float]] = {}
+    for (s, _), v in scores.items():
+        by_seed.setdefault(s, []).append(v)
+    means = {s: float(np.mean(v)) for s, v in sorted(by_seed.items())}
+    std = float(np.std(list(means.values()), ddof=1)) if len(means) >= 2 else None
+    return {"seed_means": means, "std": std}

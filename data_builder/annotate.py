@@ -20,14 +20,14 @@ import argparse
 import csv
 import hashlib
 import json
-import math
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from cer.agreement import kappa as cohen_kappa
+from cer.agreement import label_matrix
 from cer.reasoning import parse
 from cer.verdicts import Preference, parse_label
 from data_builder.records import GENERATION, JUDGE_ITEM, Record, read_jsonl, read_records, turns_of, write_jsonl
@@ -178,19 +178,14 @@ def consensus(votes: Sequence[Label | None]) -> Label | None:
     return label if n >= 2 else None
 
 
-def kappa(a: Sequence[Label], b: Sequence[Label]) -> float | None:
-    """Cohen's kappa (scikit-learn) of two aligned label lists; None when undefined (fewer than 2 items or
-    a single label used throughout, where chance agreement is 1)."""
-    from sklearn.metrics import cohen_kappa_score
-
+def labels_kappa(a: Sequence[Label], b: Sequence[Label]) -> float | None:
+    """Cohen's kappa (:func:`cer.agreement.kappa`, the one definition) of two aligned label lists; None when
+    undefined (fewer than 2 items or a single label used throughout, where chance agreement is 1)."""
     if len(a) != len(b):
         raise ValueError("kappa: label lists differ in length")
     if len(a) < 2 or len(set(map(str, a)) | set(map(str, b))) < 2:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        k = float(cohen_kappa_score([str(x) for x in a], [str(x) for x in b]))
-    return None if math.isnan(k) else k
+    return cohen_kappa(label_matrix([str(x) for x in a], [str(x) for x in b]))
 
 
 def agreement_report(first: LabelSet, second: LabelSet) -> dict[str, dict[str, Any]]:
@@ -201,7 +196,7 @@ def agreement_report(first: LabelSet, second: LabelSet) -> dict[str, dict[str, A
         a = [first[t][c] for t in common]
         b = [second[t][c] for t in common]
         out[c] = {"items": len(common), "agreement": (sum(x == y for x, y in zip(a, b)) / len(common)) if common else None,
-                  "kappa": kappa(a, b)}
+                  "kappa": labels_kappa(a, b)}
     return out
 
 
@@ -285,5 +280,5 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     return 0
 
 
-__all__ = ["agreement_report", "consensus", "export_tasks", "kappa", "label_studio_config", "make_task",
+__all__ = ["agreement_report", "consensus", "export_tasks", "label_studio_config", "labels_kappa", "make_task",
            "merge", "read_labels", "task_id"]

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from cer.agreement import kappa  # the one definition (compeer_loop uses it too)
 from cer.verdicts import PREFERENCE_LABELS, STEP_LABELS, Verdict
 from judge.protocol import PREFERENCE, REPLY
 from judge.protocol import STEP_COMPONENTS as STEPS
@@ -64,19 +65,6 @@ def confusion(gold: list[Verdict], pred: list[Verdict | None], labels: tuple[str
     cols = [*labels, INVALID]
     m = confusion_matrix([label_str(g) for g in gold], [label_str(p) for p in pred], labels=cols)
     return [[int(x) for x in row] for row in m[: len(labels)]]
-
-
-def kappa(matrix: list[list[int]]) -> float | None:
-    """Cohen's kappa of a :func:`confusion` matrix (rows gold, columns predicted + ``invalid``, which counts as a
-    class of its own): agreement beyond what the two label distributions give by chance; 0 for a constant judge
-    such as the majority baseline, None for an empty matrix or one where chance agreement is already 1."""
-    n = sum(sum(row) for row in matrix)
-    if n == 0:
-        return None
-    k = len(matrix)
-    observed = sum(matrix[i][i] for i in range(k)) / n
-    chance = sum((sum(matrix[i]) / n) * (sum(row[i] for row in matrix) / n) for i in range(k))
-    return None if chance >= 1.0 else (observed - chance) / (1.0 - chance)
 
 
 @dataclass

@@ -38,7 +38,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the end-to-end loop composes the others: prompt sets from the pipeline's stages, the warm-up from the policy
     # trainer, the evaluator's held-out-turn harness and metrics, the trained judge over the service's client
     "compeer_loop": ("cer", "judge.model_store", "judge.device", "judge.settings", "data_builder.emit", "data_builder.ingest", "data_builder.records",
-                     "data_builder.sample", "data_builder.silver", "data_builder.silver_text", "policy_trainer.config",
+                     "data_builder.sample", "data_builder.silver", "data_builder.silver_text", "data_builder.policy_negatives", "policy_trainer.config",
                      "policy_trainer.runner", "policy_trainer.warmup", "evaluator", "reward_server.client",
                      "reward_server.types"),
 }
@@ -121,6 +121,7 @@ HOMES: dict[str, str] = {
     "resolve_device": "judge/device.py", "resolve_device_dtype": "judge/device.py", "dtype_name": "judge/device.py",
     "content_key": "judge/generation.py", "attempt_key": "judge/generation.py", "judgment_key": "judge/conversation.py",
     "cache_key": "reward_server/cache.py", "parse_verdicts": "cer/verdicts.py",
+    "kappa": "cer/agreement.py", "label_matrix": "cer/agreement.py",
 }
 #: the one module that compiles the CER tag regex
 TAG_HOME = "cer/reasoning.py"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cer.reasoning import render
-from data_builder.annotate import agreement_report, consensus, kappa, label_studio_config, merge, read_labels
+from data_builder.annotate import agreement_report, consensus, label_studio_config, merge, read_labels
+from data_builder.annotate import labels_kappa as kappa
 from data_builder.cli import main
 from data_builder.records import read_jsonl, write_jsonl
 

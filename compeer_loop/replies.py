@@ -1,0 +1,64 @@
+"""What a policy's replies are, beside how they score (issue 26, item 4): degenerate and repeated replies,
+distinct-n on the first tokens, and a constant generic reply as a control.
+
+- :func:`mark_reply`: the dataset pipeline's rule (:class:`data_builder.policy_negatives.Labeller`, the one
+  definition of a degenerate or generic reply: empty, a support-stage label or the judge's own template wording such
+  as "I would place this in the comforting stage.", a repeated sentence, a cut reply, a known generic template, a
+  short reply with no word of its conversation). Replies repeated across prompts are not marked here: the report
+  gives the most frequent reply's share on its own (:func:`top_reply_share`).
+- :func:`first_tokens`: the first ``n`` tokens of a reply (the evaluator's tokeniser), so distinct-n can be read
+  apart from reply length.
+- :data:`CONSTANT_REPLY`: the generic reply whose ROUGE-L and BLEU-2 the report shows as a control row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from cer.taxonomy import load_taxonomy
+from data_builder.policy_negatives import Labeller
+from data_builder.silver_text import load_config
+from evaluator.metrics import tokenize
+
+#: the kinds of :class:`Labeller` mark counted as degenerate (echo and dismissive replies are counted apart)
+DEGENERATE_KINDS = ("degenerate", "generic")
+#: the constant control reply (a one-size-fits-all empathy template)
+CONSTANT_REPLY = "I understand how you feel. That sounds really hard, and I am here for you."
+
+
+@lru_cache(maxsize=1)
+def _labeller() -> Labeller:
+    return Labeller(load_config(), load_taxonomy(None))
+
+
+def mark_reply(text: str, history: Sequence[dict[str, Any]], raw: str | None = None,
+               format_ok: bool = True) -> str | None:
+    """``kind/rule`` of the pipeline's rule that marks the reply (``degenerate/stage_label``, ...), None if none."""
+    marked = _labeller().label(text, list(history), raw, format_ok)
+    return None if marked is None else f"{marked[0]}/{marked[1]}"
+
+
+def is_degenerate(mark: str | None) -> bool:
+    """Whether a :func:`mark_reply` mark is of a degenerate kind (:data:`DEGENERATE_KINDS`)."""
+    return mark is not None and mark.split("/", 1)[0] in DEGENERATE_KINDS
+
+
+def top_reply_share(texts: Sequence[str]) -> tuple[float | None, str | None]:
+    """The share (times 100) of the most frequent reply (exact duplicates after stripping) and that reply."""
+    if not texts:
+        return None, None
+    reply, n = Counter(t.strip() for t in texts).most_common(1)[0]
+    return 100.0 * n / len(texts), reply
+
+
+def first_tokens(text: str, n: int) -> str:
+    """The reply's first ``n`` tokens, space-joined (the evaluator's tokens: lower case, words and punctuation)."""
+    return " ".join(tokenize(text)[:n])
+
+
+def mark_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many answered records carry each mark (``reply_mark``; unmarked replies as ``none``)."""
+    return dict(Counter(str(r.get("reply_mark") or "none") for r in records if r.get("status") == "ok"))

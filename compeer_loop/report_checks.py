@@ -1,0 +1,126 @@
+"""The report's sections that a skeptic asks for (issue 26, item 4), from the same evaluation records as the main
+table: strategy choice beside the majority-strategy baseline and Cohen's kappa, degenerate and repeated replies, the
+training judge's total among format-valid replies only, distinct-n on the first tokens beside the full reply, a
+constant generic reply as a control row, the independent scorer's rating, and paired comparisons between arms
+(seeds pooled, the seed-to-seed spread beside them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compeer_loop.replies import CONSTANT_REPLY, mark_counts, top_reply_share
+from compeer_loop.stats import PER_PROMPT, paired_difference, per_prompt, seed_spread
+from evaluator.metrics import bleu2, distinct_n, rouge_l
+
+Figures = dict[str, dict[str, Any]]
+#: arm pairs compared (first minus second), where both were evaluated
+PAIRS = (("c", "a"), ("c", "b"), ("d", "a"), ("e", "a"), ("c", "e"), ("d", "e"), ("c", "f"))
+PAIRED_KEYS = ("strategy_correct", "rouge_l", "reward_total", "reward_total_format_ok", "independent_rating")
+NOT_VERIFIED = "judge not verified"
+
+
+def _v(f: dict[str, Any] | None, digits: int = 2) -> str:
+    if not f or f.get("value") is None:
+        return "n/a"
+    if f.get("lo") is None:
+        return f"{f['value']:.{digits}f}"
+    return f"{f['value']:.{digits}f} [{f['lo']:.{digits}f}, {f['hi']:.{digits}f}]"
+
+
+def constant_row(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """BLEU-2, ROUGE-L and distinct-1/2 of :data:`CONSTANT_REPLY` given for every answered prompt of ``records``."""
+    refs = [r["reference"] for r in records if r.get("status") == "ok"]
+    hyps = [CONSTANT_REPLY] * len(refs)
+    return {"bleu_2": bleu2(hyps, refs), "rouge_l": rouge_l(hyps, refs), "distinct_1": distinct_n(hyps, 1),
+            "distinct_2": distinct_n(hyps, 2), "prompts": len(refs)}
+
+
+def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], labels: dict[str, str],
+                  verified: dict[str, bool], first_n: int) -> str:
+    """One row per policy: strategy accuracy, majority baseline, kappa, degenerate and top-reply shares, judge
+    total (all judged / format-valid only), distinct-n full and on the first ``first_n`` tokens, independent
+    rating. ``verified``: per GRPO arm, whether its judge was verified (``judge.json``)."""
+    head = ("| policy | strategy acc. % | majority baseline % | kappa | degenerate % | most frequent reply % "
+            f"| judge total (all judged) | judge total (format-valid only) | D-1 / D-1 first {first_n} "
+            f"| D-2 / D-2 first {first_n} | independent rating 1-5 (failed %) |")
+    rows = [head, "|" + "---|" * 11]
+    for name, summary in figs.items():
+        f = summary["figures"]
+        label = labels[name] + (f" ({NOT_VERIFIED})" if verified.get(name) is False else "")
+        rows.append(f"| {label} | {_v(f.get('strategy_accuracy'))} | {_v(f.get('majority_baseline'))} | "
+                    f"{_v(f.get('strategy_kappa'), 3)} | {_v(f.get('degenerate'))} | {_v(f.get('top_reply_share'))} | "
+                    f"{_v(f.get('reward_total'))} | {_v(f.get('reward_total_format_ok'))} | "
+                    f"{_v(f.get('distinct_1'))} / {_v(f.get('distinct_1_first'))} | "
+                    f"{_v(f.get('distinct_2'))} / {_v(f.get('distinct_2_first'))} | "
+                    + (f"{_v(f.get('independent_rating'))} ({_v(f.get('independent_failed'))})"
+                       if (f.get("independent_failed") or {}).get("value") is not None else "not run") + " |")
+    return "\n".join(rows)
+
+
+def replies_lines(records: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> list[str]:
+    """Per policy: its most frequent reply and share, and how many replies each degenerate rule marked."""
+    out = []
+    for name, rs in records.items():
+        answered = [r for r in rs if r.get("status") == "ok"]
+        share, reply = top_reply_share([r["text"] for r in answered])
+        marks = ", ".join(f"{k} {v}" for k, v in sorted(mark_counts(rs).items(), key=lambda x: -x[1]))
+        shown = " ".join(str(reply).split())[:120]
+        out.append(f"- {labels[name]}: most frequent reply ({share or 0:.1f}% of {len(answered)}): \"{shown}\"; "
+                   f"marks: {marks}")
+    return out
+
+
+def paired_section(records: dict[str, list[dict[str, Any]]], seeds: dict[str, int], n_boot: int = 2000,
+                   seed: int = 0) -> tuple[str, dict[str, Any]]:
+    """Paired comparisons of :data:`PAIRS` on :data:`PAIRED_KEYS` (Markdown, and the figures for figures.json)."""
+    scores = {p: {k: per_prompt(rs, k, seeds[p]) for k in PAIRED_KEYS} for p, rs in records.items()}
+    rows = ["| comparison | score | pairs (prompt x seed) | mean difference [paired bootstrap 95%] | permutation p |",
+            "|---|---|---|---|---|"]
+    out: dict[str, Any] = {"pairs": {}, "seed_spread": {}}
+    for a, b in PAIRS:
+        if a not in scores or b not in scores:
+            continue
+        for key in PAIRED_KEYS:
+            d = paired_difference(scores[a][key], scores[b][key], n_boot=n_boot, n_perm=n_boot, seed=seed)
+            if d["n"] < 2:
+                continue
+            out["pairs"][f"{a}-{b}:{key}"] = d
+            rows.append(f"| ({a}) - ({b}) | {key} | {d['n']} | {d['diff']:.2f} [{d['lo']:.2f}, {d['hi']:.2f}] | "
+                        f"{d['p']:.4f} |")
+    spread = ["| policy | score | per-seed means | std of per-seed means |", "|---|---|---|---|"]
+    for p, by_key in scores.items():
+        for key in PAIRED_KEYS:
+            if not by_key[key]:
+                continue
+            sp = seed_spread(by_key[key])
+            out["seed_spread"][f"{p}:{key}"] = sp
+            means = ", ".join(f"seed {s}: {m:.2f}" for s, m in sp["seed_means"].items())
+            spread.append(f"| {p} | {key} | {means} | "
+                          + ("n/a (one seed)" if sp["std"] is None else f"{sp['std']:.2f}") + " |")
+    text = "\n".join([
+        ("Per-prompt scores (" + ", ".join(f"`{k}`" for k in PER_PROMPT if k in PAIRED_KEYS) + "; strategy_correct "
+         "is 100 or 0) of two arms on the prompts both answered, seeds pooled (a pair is one prompt under one seed). "
+         f"Interval: the pairs resampled with replacement ({n_boot} times); p: two-sided sign-flip permutation test "
+         f"({n_boot} flips). An interval that holds 0 says the arms are not told apart on that score."),
+        "", *rows, "", "Seed-to-seed spread (the standard deviation of each policy's per-seed mean):", "", *spread])
+    return text, out
+
+
+def independent_section(figs: Figures, scorer: str | None) -> str:
+    """The independent scorer: who it was, or that it was not run for this loop folder."""
+    ran = [p for p, s in figs.items() if (s["figures"].get("independent_failed") or {}).get("value") is not None]
+    if not ran:
+        return ("Not run for this loop folder: the independent scorer (`independent_scorer`, not the training judge) "
+                "did not exist when it was evaluated, so its columns read `not run`. Every judge score in this report "
+                "is the training judge's own (circular for the arms trained against it).")
+    return (f"Independent scorer: `{scorer}` (zero-shot, a 1-5 rating of each reply's support quality; a reply "
+            "whose rating did not parse is counted as failed, never given a score). Rated: "
+            + ", ".join(ran) + ".")
+
+
+def judge_verified(root: Path, arms: list[str], grpo: dict[str, bool]) -> dict[str, bool]:
+    """Per GRPO arm, whether ``ROOT/<arm>/judge.json`` (:mod:`compeer_loop.controls`) exists."""
+    from compeer_loop.controls import JUDGE_FILE
+
+    return {a: (root / a / JUDGE_FILE).exists() for a in arms if grpo.get(a)}

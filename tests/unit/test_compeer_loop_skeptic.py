@@ -1,0 +1,158 @@
+"""Issue 26 item 4, the evaluation a skeptic accepts: kappa (one definition, cer.agreement), the majority-strategy
+baseline, degenerate and repeated replies, the judge total among format-valid replies, distinct-n on the first
+tokens, the constant-reply control, paired comparisons with seeds pooled, the independent scorer (plan check, strict
+rating parse, the FAKE engine only) and the report's "judge not verified"."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cer.agreement import kappa, label_matrix
+from compeer_loop.independent import parse_rating, rate_replies
+from compeer_loop.plan import NO_SCORER, LoopSettings
+from compeer_loop.replies import CONSTANT_REPLY, first_tokens, is_degenerate, mark_reply, top_reply_share
+from compeer_loop.report_checks import NOT_VERIFIED, constant_row, independent_section, skeptic_table
+from compeer_loop.stats import (
+    FIGURES,
+    majority_baseline,
+    paired_difference,
+    per_prompt,
+    seed_spread,
+    strategy_kappa,
+    summarise,
+)
+from evaluator.backends import roles_from_engines
+from tests.fake_engine import FakeEngine
+
+HISTORY = [{"role": "seeker", "text": "I lost my job last week and I cannot sleep."}]
+
+
+def _rec(i: int, strategy: str | None, gold: str, text: str = "That sounds hard. What happened at work?",
+         total: float | None = 1.0, fmt: bool = True) -> dict:
+    return {"id": f"p{i}", "status": "ok", "strategy": strategy, "gold_strategy": gold, "text": text,
+            "reference": "I am sorry about your job.", "history": HISTORY, "format_ok": fmt,
+            "judge_status": "ok" if total is not None else None, "reward_total": total, "rouge_l": 10.0,
+            "length": 5.0}
+
+
+def test_kappa_is_zero_for_the_majority_predictor_and_one_for_perfect_agreement() -> None:
+    gold = ["Question", "Question", "Question", "Reflection"]
+    assert kappa(label_matrix(gold, ["Question"] * 4)) == pytest.approx(0.0)
+    assert kappa(label_matrix(gold, gold)) == pytest.approx(1.0)
+    # a prediction of None is a class of its own, never right
+    m = label_matrix(gold, [None, "Question", "Question", "Reflection"])
+    assert m == [[2, 0, 1], [0, 1, 0]]
+    assert 0.0 < kappa(m) < 1.0  # type: ignore[operator]
+    with pytest.raises(ValueError):
+        label_matrix(gold, ["Question"])
+
+
+def test_majority_baseline_and_kappa_on_the_same_prompts() -> None:
+    rs = [_rec(0, "Question", "Question"), _rec(1, "Question", "Question"), _rec(2, "Question", "Reflection"),
+          _rec(3, "Question", "Affirmation")]
+    assert majority_baseline(rs) == pytest.approx(50.0)
+    assert FIGURES["strategy_accuracy"](rs) == pytest.approx(50.0)  # accuracy equals the baseline ...
+    assert strategy_kappa(rs) == pytest.approx(0.0)  # ... and kappa says it is chance
+    assert strategy_kappa([_rec(0, "Question", "Question"), _rec(1, "Reflection", "Reflection")]) == pytest.approx(1.0)
+
+
+def test_degenerate_rule_marks_the_judge_wording_and_generic_templates_not_a_real_reply() -> None:
+    assert is_degenerate(mark_reply("I would place this in the comforting stage.", HISTORY))
+    assert is_degenerate(mark_reply("", HISTORY))
+    assert not is_degenerate(mark_reply("Losing your job is hard. How have you been coping with the sleepless "
+                                        "nights since it happened?", HISTORY))
+    share, reply = top_reply_share(["a", "b ", "b", "c"])
+    assert share == pytest.approx(50.0) and reply == "b"
+    assert top_reply_share([]) == (None, None)
+
+
+def test_judge_total_among_format_valid_replies_and_distinct_on_first_tokens() -> None:
+    rs = [_rec(0, "Question", "Question", total=3.0), _rec(1, "Question", "Question", total=-5.0, fmt=False)]
+    assert FIGURES["reward_total"](rs) == pytest.approx(-1.0)
+    assert FIGURES["reward_total_format_ok"](rs) == pytest.approx(3.0)
+    assert first_tokens("One, two three four", 3) == "one , two"
+    long_a = "hello there " + " ".join(f"w{i}" for i in range(40))
+    long_b = "hello there " + " ".join(f"v{i}" for i in range(40))
+    rs2 = [{**_rec(0, None, "Question"), "text": long_a, "first_text": first_tokens(long_a, 2)},
+           {**_rec(1, None, "Question"), "text": long_b, "first_text": first_tokens(long_b, 2)}]
+    # the full replies look diverse; their first two tokens are the same
+    assert FIGURES["distinct_2"](rs2) > 90 and FIGURES["distinct_2_first"](rs2) == pytest.approx(50.0)
+
+
+def test_constant_reply_control_row() -> None:
+    row = constant_row([_rec(0, None, "Q"), _rec(1, None, "Q"), {"id": "x", "status": "failed"}])
+    assert row["prompts"] == 2 and row["rouge_l"] is not None and row["rouge_l"] > 0
+    assert "understand" in CONSTANT_REPLY
+
+
+def test_paired_difference_separates_a_real_gap_and_not_noise() -> None:
+    a = {(0, f"p{i}"): 1.0 + 0.1 * (i % 3) for i in range(40)}
+    b = {k: v - 1.0 for k, v in a.items()}
+    d = paired_difference(a, b, n_boot=500, n_perm=500)
+    assert d["n"] == 40 and d["diff"] == pytest.approx(1.0) and d["lo"] > 0 and d["p"] < 0.01
+    same = paired_difference(a, dict(a), n_boot=200, n_perm=200)
+    assert same["diff"] == pytest.approx(0.0) and same["p"] == pytest.approx(1.0)
+    # only prompts both arms answered are paired; fewer than 2: nothing made up
+    assert paired_difference({(0, "p0"): 1.0}, {(0, "p0"): 0.0})["diff"] is None
+
+
+def test_seeds_are_pooled_as_pairs_and_their_spread_reported() -> None:
+    rs = [_rec(0, "Question", "Question"), _rec(1, "Reflection", "Question")]
+    pooled = {**per_prompt(rs, "strategy_correct", 0), **per_prompt(rs[:1], "strategy_correct", 1)}
+    assert pooled == {(0, "p0"): 100.0, (0, "p1"): 0.0, (1, "p0"): 100.0}
+    sp = seed_spread(pooled)
+    assert sp["seed_means"] == {0: 50.0, 1: 100.0} and sp["std"] == pytest.approx(35.3553, abs=1e-3)
+    assert seed_spread(per_prompt(rs, "strategy_correct", 0))["std"] is None
+
+
+def test_plan_refuses_a_training_judge_as_independent_scorer() -> None:
+    with pytest.raises(ValueError, match="training judge"):
+        LoopSettings(independent_scorer_adapter="default")
+    with pytest.raises(ValueError, match="training judge"):
+        LoopSettings(prm_adapter="/j/prm", orm_adapter="/j/orm", independent_scorer_adapter="/j/orm")
+    assert LoopSettings().independent_scorer_adapter == "none"
+    old = LoopSettings().to_json()
+    del old["independent_scorer"]
+    assert LoopSettings.from_json(old).independent_scorer == NO_SCORER  # an old plan did not run it
+
+
+def test_rating_parse_is_strict() -> None:
+    assert parse_rating("Rating: 4") == 4
+    assert parse_rating("rating : 1\n") == 1
+    for bad in ("Rating: 7", "Rating: 0", "4", "Rating: 3\nRating: 5", "I would give it a 4", ""):
+        assert parse_rating(bad) is None, bad
+
+
+def test_rate_replies_with_the_fake_engine_records_failures_without_a_score() -> None:
+    def answer(messages, params) -> str:
+        return "Rating: 2" if "comforting stage" in messages[-1]["content"] else "It is a fine reply."
+
+    engine = FakeEngine(answer)
+    roles = roles_from_engines({"model": engine, "simulator": engine, "scorer": engine})
+    recs = [_rec(0, None, "Q", text="I would place this in the comforting stage."), _rec(1, None, "Q"),
+            {"id": "p2", "status": "failed"}]
+
+    async def go() -> dict:
+        try:
+            return await rate_replies(recs, roles.scorer)
+        finally:
+            await roles.aclose()
+
+    out = asyncio.run(go())
+    assert set(out) == {"p0", "p1"}  # the unanswered prompt is not rated
+    assert out["p0"]["independent_rating"] == 2 and out["p0"]["independent_status"] == "ok"
+    assert out["p1"]["independent_rating"] is None and out["p1"]["independent_status"] == "failed"
+    rated = [{**r, **out[r["id"]]} for r in recs[:2]]
+    assert FIGURES["independent_rating"](rated) == pytest.approx(2.0)
+    assert FIGURES["independent_failed"](rated) == pytest.approx(50.0)
+
+
+def test_report_table_says_judge_not_verified_and_not_run() -> None:
+    rs = [_rec(0, "Question", "Question"), _rec(1, "Question", "Reflection")]
+    figs = {"c": summarise(rs, n_boot=20)}
+    text = skeptic_table(figs, {"c": rs}, {"c": "(c) arm"}, {"c": False}, 16)
+    assert f"(c) arm ({NOT_VERIFIED})" in text and "not run" in text
+    assert "not run" in independent_section(figs, "judge-base").lower()
+    assert NOT_VERIFIED not in skeptic_table(figs, {"c": rs}, {"c": "(c) arm"}, {"c": True}, 16)
