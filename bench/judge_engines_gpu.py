@@ -48,7 +48,7 @@ from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Messa
 from judge.engines.settings import RATIONALE_BOUNDS, TransformersSettings, VllmSettings
 from judge.protocol import JudgeSettings, load_template
 
-#: configuration name -> (backend, the backend's settings fields)
+#: configuration name -> (backend, the backend's settings fields; ``rationale_bound``: EngineConfig's)
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     **{f"vllm-{b}": ("vllm", {"rationale_bound": b}) for b in RATIONALE_BOUNDS},
     "transformers": ("transformers", {"static_cache": True}),  # the GPU configuration: line bound, static cache
@@ -85,7 +85,8 @@ def engine_config(name: str, model_path: str, device: str, args: argparse.Namesp
     backend, fields = CONFIGS[name]
     if backend == "vllm":
         return EngineConfig(backend="vllm", model_path=model_path, device=device, max_model_len=args.max_model_len,
-                            vllm=VllmSettings(gpu_memory_utilization=args.gpu_memory_utilization, **fields))
+                            rationale_bound=fields["rationale_bound"],
+                            vllm=VllmSettings(gpu_memory_utilization=args.gpu_memory_utilization))
     return EngineConfig(backend="transformers", model_path=model_path, device=device, max_model_len=args.max_model_len,
                         transformers=TransformersSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                                                           **fields))
