@@ -124,3 +124,23 @@ def test_one_rationale_bound_for_every_backend_and_its_deprecated_alias(clean_en
     clean_env.delenv("COMPEER_RATIONALE_BOUND")
     with pytest.raises(ValueError, match="COMPEER_LINE_BOUND='maybe': expected one of false, true"):
         make_parser()
+
+
+def test_judge_settings_are_validated_where_they_are_defined() -> None:
+    """JudgeSettings checks itself (not only the server's config), so every command that builds them gets the same
+    checks; ``--max-retries`` has one range everywhere (judge.generation.check_max_retries)."""
+    from judge.factory import EngineChoice
+    from judge.generation import RetryPolicy
+    from judge.protocol import JudgeSettings
+
+    for bad, match in (({"max_retries": 11}, "judge max_retries 11: expected 0-10"),
+                       ({"top_p": 0.0}, "judge top_p 0.0"), ({"temperature": -1.0}, "temperatures"),
+                       ({"max_tokens_per_component": 4}, "max_tokens_per_component 4"),
+                       ({"rationale_max_chars": 0}, "rationale_max_chars 0")):
+        with pytest.raises(ValueError, match=match):
+            JudgeSettings(**bad)
+    with pytest.raises(ValueError, match="judge max_retries 11: expected 0-10"):
+        config_from_args(make_parser().parse_args(["serve", "--max-retries", "11"]))
+    for make in (lambda: EngineChoice(max_retries=11), lambda: RetryPolicy(max_retries=11)):
+        with pytest.raises(ValueError, match="11: expected 0-10"):
+            make()
