@@ -34,15 +34,15 @@ from judge.engines.settings import TransformersSettings
 from judge.model_store import resolve_model
 from judge.protocol import JudgeSettings, load_template
 
-# configuration name -> TransformersSettings fields (besides max_batch and max_wait_ms)
+# configuration name -> TransformersSettings fields (besides max_batch and max_wait_ms) and EngineConfig.rationale_bound
 CONFIGS: dict[str, dict[str, Any]] = {
     "dynamic": {},
     "static": {"static_cache": True},
     "static-torch-native": {"static_cache": True, "grammar_kernel": "torch_native"},
     "static-guidance": {"static_cache": True, "grammar_backend": "guidance"},
     # the counted bound as the engine ran it before the line bound: masks filled on 8 threads
-    "static-counted": {"static_cache": True, "line_bound": False, "grammar_threads": 8},
-    "dynamic-counted": {"line_bound": False, "grammar_threads": 8},
+    "static-counted": {"static_cache": True, "rationale_bound": "counted", "grammar_threads": 8},
+    "dynamic-counted": {"rationale_bound": "counted", "grammar_threads": 8},
 }
 # ratio name -> (slower configuration, faster configuration, note): printed when both ran
 SPEED_RATIOS: dict[str, tuple[str, str, str]] = {
@@ -56,9 +56,11 @@ SPEED_RATIOS: dict[str, tuple[str, str, str]] = {
 async def engine_phase(model_path: str, device: str, name: str, args: argparse.Namespace
                        ) -> tuple[dict[str, Any], list[list[list[Message]]]]:
     """Judge ``args.steps`` fresh sets through one engine; returns figures and, per step, each round's prompts."""
-    settings = TransformersSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, **CONFIGS[name])
+    fields = dict(CONFIGS[name])
+    bound = fields.pop("rationale_bound", "auto")
+    settings = TransformersSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, **fields)
     config = EngineConfig(backend="transformers", model_path=model_path, device=device, dtype="auto",
-                          transformers=settings)
+                          transformers=settings, rationale_bound=bound)
     inner = TransformersEngine(config)
     engine = RecordingEngine(inner)
     t = time.perf_counter()

@@ -195,23 +195,24 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     from bench.judge_engines_gpu import CountingEngine
     from cer.taxonomy import load_taxonomy
     from judge.conversation import Judge
-    from judge.engines import create_engine
     from judge.engines.base import EngineConfig
     from judge.engines.vllm_engine import VllmEngine
-    from judge.model_store import resolve_judge
+    from judge.factory import build_engine, resolve_engine
     from judge.protocol import JudgeSettings, load_template
 
     base, adapter = JUDGES[judge_name]
-    ref, runtime = resolve_judge(base, adapter, dtype, "cpu")
-    if runtime is not None:
+    # the judge factory resolves the judge (base + adapter) and builds the engine, as every command does
+    config = resolve_engine(EngineConfig(backend="vllm", dtype=dtype, device="cpu", max_model_len=4096), base, adapter)
+    if config.adapter is not None:
         raise RuntimeError("the benchmark serves merged judges only (no run-time LoRA)")
-    vllm = create_engine(EngineConfig(backend="vllm", model_path=ref.path, dtype=dtype, max_model_len=4096))
+    vllm = build_engine(config)
     if not isinstance(vllm, VllmEngine):
         raise TypeError(f"expected the vLLM engine, got {type(vllm).__name__}")
     engine = CountingEngine(vllm)
     t = time.perf_counter()
     await engine.start()
-    fig: dict[str, Any] = {"model": ref.model_id, "revision": ref.revision, "adapter": ref.adapter, "dtype": dtype,
+    fig: dict[str, Any] = {"model": config.model_id, "revision": config.revision, "adapter": config.adapter_id,
+                           "dtype": dtype,
                            "start_s": time.perf_counter() - t, "load_1min": {"start": os.getloadavg()[0]}}
     template = load_template()
     judge = Judge(engine, template, load_taxonomy(), JudgeSettings())

@@ -43,12 +43,12 @@ from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from judge.conversation import Judge
-from judge.engines import create_engine
 from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
 from judge.engines.settings import RATIONALE_BOUNDS, TransformersSettings, VllmSettings
+from judge.factory import build_engine, resolve_engine
 from judge.protocol import JudgeSettings, load_template
 
-#: configuration name -> (backend, the backend's settings fields)
+#: configuration name -> (backend, the backend's settings fields; ``rationale_bound``: EngineConfig's)
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     **{f"vllm-{b}": ("vllm", {"rationale_bound": b}) for b in RATIONALE_BOUNDS},
     "transformers": ("transformers", {"static_cache": True}),  # the GPU configuration: line bound, static cache
@@ -85,7 +85,8 @@ def engine_config(name: str, model_path: str, device: str, args: argparse.Namesp
     backend, fields = CONFIGS[name]
     if backend == "vllm":
         return EngineConfig(backend="vllm", model_path=model_path, device=device, max_model_len=args.max_model_len,
-                            vllm=VllmSettings(gpu_memory_utilization=args.gpu_memory_utilization, **fields))
+                            rationale_bound=fields["rationale_bound"],
+                            vllm=VllmSettings(gpu_memory_utilization=args.gpu_memory_utilization))
     return EngineConfig(backend="transformers", model_path=model_path, device=device, max_model_len=args.max_model_len,
                         transformers=TransformersSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                                                           **fields))
@@ -145,7 +146,7 @@ def bound_of(name: str, engine: Engine) -> dict[str, Any]:
 
 async def run_config(name: str, model_path: str, device: str, args: argparse.Namespace) -> dict[str, Any]:
     """Start one engine, run every workload ``args.steps`` times, stop it."""
-    engine = CountingEngine(create_engine(engine_config(name, model_path, device, args)))
+    engine = CountingEngine(build_engine(engine_config(name, model_path, device, args)))
     t = time.perf_counter()
     await engine.start()
     figures: dict[str, Any] = {"start_s": time.perf_counter() - t, **bound_of(name, engine)}
@@ -219,21 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 2:
         p.error("--steps must be >= 2 (the first set is reported apart)")
     args.done = set()
-    from judge.device import dtype_name, resolve_device_dtype
-    from judge.model_store import resolve_judge
-
-    device, dtype = resolve_device_dtype(args.device, "auto")
-    ref, adapter = resolve_judge(args.model, "default", dtype_name(dtype), device)
-    if adapter is not None:
+    # the judge factory resolves the judge once (device and dtype auto, the shipped adapter merged)
+    ref = resolve_engine(EngineConfig(backend="transformers", device=args.device), args.model, "default")
+    if ref.adapter is not None:
         p.error("--model: a merged judge folder or 'default' (the benchmark serves no run-time LoRA)")
-    results: dict[str, Any] = {"model": ref.model_id, "adapter": ref.adapter, "device": args.device,
+    results: dict[str, Any] = {"model": ref.model_id, "adapter": ref.adapter_id, "device": args.device,
                                "groups": args.groups, "group_size": args.group_size,
                                "score_groups": args.score_groups, "steps": args.steps, "configs": names}
     # vLLM first: its engine core is a child process, the transformers engine then takes the device in this one
     for name in sorted(names, key=lambda n: CONFIGS[n][0] != "vllm"):
         print(f"--- {name}", flush=True)
         try:
-            results[name] = asyncio.run(run_config(name, ref.path, args.device, args))
+            results[name] = asyncio.run(run_config(name, ref.model_path, args.device, args))
         except Exception as exc:  # noqa: BLE001 (one configuration failing must not lose the others' figures)
             traceback.print_exc()
             results[name] = {"failed": f"{type(exc).__name__}: {exc}"}

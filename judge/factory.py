@@ -36,7 +36,7 @@ from pathlib import Path
 from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig
 from judge.engines.settings import OpenAISettings, TransformersSettings
-from judge.generation import max_retries_setting
+from judge.generation import check_max_retries, max_retries_setting
 from judge.model_store import (
     DEFAULT_ADAPTER,
     DEFAULT_MODEL,
@@ -86,8 +86,7 @@ def check_choice(backend: str, base_url: str | None, max_retries: int) -> None:
     if backend == "openai" and not base_url:
         raise ValueError("backend openai needs base_url (--base-url, or --<role>-base-url in compeer-eval: an "
                          "OpenAI-compatible /v1 endpoint such as http://host:8000/v1)")
-    if max_retries < 0:
-        raise ValueError(f"--max-retries {max_retries}: expected >= 0")
+    check_max_retries(max_retries, "--max-retries")  # the one check of every command's --max-retries
 
 
 def engine_config(choice: EngineChoice, *, seed: int = 0, max_batch: int | None = None,

@@ -38,6 +38,17 @@ EngineSource = Engine | Callable[[], Awaitable[Engine]]
 DEFAULT_MAX_RETRIES = 2
 
 
+#: the most re-generations any command allows (``--max-retries``)
+MAX_RETRIES_LIMIT = 10
+
+
+def check_max_retries(value: int, name: str = "max_retries") -> None:
+    """ValueError unless ``value`` is a re-generation count in 0..:data:`MAX_RETRIES_LIMIT` (one check for every
+    command's ``--max-retries``)."""
+    if isinstance(value, bool) or not 0 <= value <= MAX_RETRIES_LIMIT:
+        raise ValueError(f"{name} {value}: expected 0-{MAX_RETRIES_LIMIT}")
+
+
 def max_retries_setting() -> Any:
     """The ``--max-retries`` settings field, defined once for every command that generates (the reward server's
     judge, the dataset pipeline, the evaluator, the judge evaluation)."""
@@ -51,6 +62,11 @@ class RetryPolicy:
 
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_temperature: float = 0.7
+
+    def __post_init__(self) -> None:
+        check_max_retries(self.max_retries)
+        if self.retry_temperature < 0:
+            raise ValueError(f"retry_temperature {self.retry_temperature}: expected >= 0")
 
     def params(self, params: GenParams, attempt: int) -> GenParams:
         """The sampling of attempt ``attempt`` (0: ``params`` itself)."""
@@ -182,5 +198,5 @@ async def generate_validated(engine: EngineSource, messages: Sequence[Message], 
     return Validated(None, text, policy.max_retries + 1, generations, hits, tokens=tokens)
 
 
-__all__ = ["DEFAULT_MAX_RETRIES", "DiskCache", "GenerationCache", "RetryPolicy", "Validated", "attempt_key",
-           "content_key", "generate_validated", "max_retries_setting", "sampling_fields"]
+__all__ = ["DEFAULT_MAX_RETRIES", "MAX_RETRIES_LIMIT", "DiskCache", "GenerationCache", "RetryPolicy", "Validated",
+           "attempt_key", "check_max_retries", "content_key", "generate_validated", "max_retries_setting", "sampling_fields"]

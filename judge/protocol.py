@@ -23,7 +23,7 @@ from cer.reasoning import STEP_PARTS, ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import VERDICT_KEY, Kind, Verdict, labels
 from judge.engines.base import Message
-from judge.generation import max_retries_setting
+from judge.generation import check_max_retries, max_retries_setting
 from judge.settings import setting
 
 #: Component names, in judging order.
@@ -208,7 +208,8 @@ def round_constraint(components: tuple[str, ...], rationale_max_chars: int,
 
 @dataclass(frozen=True)
 class JudgeSettings:
-    """Sampling and retry policy of the judge."""
+    """Sampling and retry policy of the judge, validated when built (:meth:`__post_init__`), so every command that
+    takes them (the reward server, the judge evaluation, the evaluator's scorer) gets the same checks."""
 
     max_tokens_per_component: int = setting(96, help="judge output budget per judged component (tokens)")
     temperature: float = setting(0.0, help="judge temperature (0: greedy, cacheable)")
@@ -223,6 +224,18 @@ class JudgeSettings:
     verdict_probs: bool = setting(True, help="ask the engine for the verdict token's probabilities (top-k logprobs) "
                                              "where it can, for graded rewards (off, or an engine without logprobs: "
                                              "discrete rewards only)")
+
+    def __post_init__(self) -> None:
+        """The one place judge settings are checked; ValueError naming the setting and what it expects."""
+        check_max_retries(self.max_retries, "judge max_retries")
+        if self.temperature < 0 or self.retry_temperature < 0:
+            raise ValueError("judge temperatures must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"judge top_p {self.top_p}: expected a value in (0, 1]")
+        if self.max_tokens_per_component < 8:
+            raise ValueError(f"max_tokens_per_component {self.max_tokens_per_component}: expected >= 8")
+        if self.rationale_max_chars < 1:
+            raise ValueError(f"rationale_max_chars {self.rationale_max_chars}: expected >= 1")
 
 
 def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],

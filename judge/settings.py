@@ -14,6 +14,10 @@ dataclass). Each leaf field becomes one flag and one environment variable:
   added with ``prefix="scorer-"``; ``--model`` without one).
 * ``secret=True`` gives a field its environment variable but no flag (a value on a command line shows in ``ps``
   and shell histories): ``--help`` names the variable in its group's description.
+* ``aliases={"--old-flag": value}``: a deprecated switch that sets the field to ``value``; ``env_aliases=
+  {"COMPEER_OLD": {"true": value, "false": other}}``: a deprecated environment variable (a true / false word is read
+  as ``true`` / ``false``). Both keep working, hidden from ``--help``, and log a warning once naming the new
+  spelling (:func:`warn_deprecated`).
 
 :func:`add_arguments` adds the flags of a settings class to an ``argparse`` parser (under a ``prefix``, for one set of
 flags per role, and with per-role ``defaults``); :func:`from_namespace` builds the (nested) settings object back from
@@ -25,12 +29,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import logging
 import os
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger("judge.settings")
 
 ENV_PREFIX = "COMPEER_"
 _TRUE = {"1", "true", "yes", "on"}
@@ -39,11 +46,14 @@ _FALSE = {"0", "false", "no", "off"}
 
 def setting(default: Any = dataclasses.MISSING, *, help: str, flag: str | None = None, env: str | None = None,
             choices: Sequence[str] | None = None, cli: bool = True, secret: bool = False, bare: bool = False,
-            default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
+            default_factory: Callable[[], Any] | Any = dataclasses.MISSING, aliases: Mapping[str, Any] | None = None,
+            env_aliases: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
     """A dataclass field with its help text and, optionally, its flag name, env name and choices; ``secret``: read
-    from the environment only; ``bare``: under a prefix, the flag is the prefix alone."""
+    from the environment only; ``bare``: under a prefix, the flag is the prefix alone; ``aliases`` /
+    ``env_aliases``: deprecated flags / environment variables that still set it (the module docstring)."""
     metadata = {"help": help, "flag": flag, "env": env, "choices": tuple(choices) if choices else None, "cli": cli,
-                "secret": secret, "bare": bare}
+                "secret": secret, "bare": bare, "aliases": tuple((aliases or {}).items()),
+                "env_aliases": tuple((k, tuple(v.items())) for k, v in (env_aliases or {}).items())}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -69,6 +79,10 @@ class Option:
     group: str = ""
     secret: bool = False
     many: bool = False
+    #: deprecated switches: (flag, the value it sets)
+    aliases: tuple[tuple[str, Any], ...] = ()
+    #: deprecated environment variables: (name, ((word, the value it sets), ...))
+    env_aliases: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
     @property
     def dest(self) -> str:
@@ -153,7 +167,8 @@ def options(cls: type, prefix: str = "", path: tuple[str, ...] = (), group: str 
         flag = meta.get("flag") or (f"--no-{name}" if kind is bool and default is True else f"--{name}")
         env = meta.get("env") or ENV_PREFIX + flag.removeprefix("--").removeprefix("no-").replace("-", "_").upper()
         out.append(Option((*path, f.name), flag, env, kind, optional, default, meta["help"], choices,
-                          group or cls.__name__, bool(meta.get("secret")), typing.get_origin(hints[f.name]) is list))
+                          group or cls.__name__, bool(meta.get("secret")), typing.get_origin(hints[f.name]) is list,
+                          tuple(meta.get("aliases", ())), tuple(meta.get("env_aliases", ()))))
     return out
 
 
@@ -178,7 +193,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
         group = groups.get(o.group)
         if group is None:
             group = groups[o.group] = parser.add_argument_group(o.group)
-        default = o.parse(env[o.env]) if o.env in env else o.default
+        default = o.parse(env[o.env]) if o.env in env else _env_alias(o, env)
         if o.secret:  # no flag: the value comes from the environment (or the default) only
             parser.set_defaults(**{o.dest: default})
             group.description = f"{group.description or ''}environment only: env {o.env}: {o.help}. "
@@ -199,7 +214,47 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
                                nargs="*" if o.many else None,
                                metavar=("{" + ",".join(o.choices) + "}") if o.choices else None,
                                help=f"{o.help} (default: {_plain(o.default)}; env {o.env})")
+        for alias, value in o.aliases:  # deprecated switches: hidden, they warn once and set the value
+            group.add_argument(alias, dest=o.dest, nargs=0, const=value, help=argparse.SUPPRESS,
+                               action=_deprecated_switch(o.flag))
     return opts
+
+
+_warned: set[str] = set()
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """Log once per process that the spelling ``old`` is deprecated, naming ``new``."""
+    if old not in _warned:
+        _warned.add(old)
+        log.warning("%s is deprecated and will be removed: use %s", old, new)
+
+
+def _deprecated_switch(canonical: str) -> type[argparse.Action]:
+    """The argparse action of a deprecated flag: it sets its setting to ``const`` and warns once, naming the
+    setting's own flag ``canonical``."""
+
+    class DeprecatedSwitch(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            warn_deprecated(str(option_string), f"{canonical} {_plain(self.const)}")
+            setattr(namespace, self.dest, self.const)
+
+    return DeprecatedSwitch
+
+
+def _env_alias(o: Option, env: Mapping[str, str]) -> Any:
+    """The value a set deprecated environment variable of ``o`` gives (warning once), else ``o``'s default."""
+    for name, table in o.env_aliases:
+        if name in env:
+            raw = env[name].strip().lower()
+            word = "true" if raw in _TRUE else "false" if raw in _FALSE else raw
+            values = dict(table)
+            if word not in values:
+                raise ValueError(f"{name}={env[name]!r}: expected one of {', '.join(values)}")
+            warn_deprecated(f"env {name}", f"{o.env}={_plain(values[word])}")
+            return values[word]
+    return o.default
 
 
 def _converter(o: Option) -> Callable[[str], Any]:
@@ -232,4 +287,4 @@ def _build(cls: Any, path: tuple[str, ...], values: dict[tuple[str, ...], Any]) 
     return cls(**kwargs)
 
 
-__all__ = ["ENV_PREFIX", "Option", "add_arguments", "from_namespace", "nested", "options", "setting"]
+__all__ = ["ENV_PREFIX", "Option", "add_arguments", "from_namespace", "nested", "options", "setting", "warn_deprecated"]

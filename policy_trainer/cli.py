@@ -24,7 +24,9 @@ log = logging.getLogger("policy_trainer")
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="compeer-train grpo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="YAML profile: a file, or a shipped name (cpu-smoke, gpu-paper)")
+    from policy_trainer.config import PROFILES
+
+    PROFILES.add_flags(p)  # --config, --set KEY=VALUE, --help-fields: the one trainer profile loader's flags
     p.add_argument("--out", type=Path, help="output folder (checkpoints, final adapter, metrics, plots)")
     p.add_argument("--max-steps", type=int, help="number of GRPO optimizer steps (overrides the profile)")
     p.add_argument("--reward-server", nargs="+", metavar="ADDR", help="reward service gRPC address(es) host:port")
@@ -35,31 +37,19 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-tls-key", help="PEM private key of --reward-tls-cert")
     p.add_argument("--policy-model", help="policy: `default` or a local HF folder (required by gpu-paper)")
     p.add_argument("--prompt-set", help="`smoke`, a datasets folder from `compeer-data emit`, or a JSONL file")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config field (VALUE read as YAML); repeatable")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    p.add_argument("--help-fields", action="store_true", help="list the compeer config fields and exit")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from policy_trainer.config import parse_override
+    from policy_trainer.config import PROFILES
 
-    values: dict[str, Any] = dict(parse_override(item) for item in args.overrides)
-    values["output_dir"] = str(args.out)
-    if args.max_steps is not None:
-        values["max_steps"] = args.max_steps
-    if args.reward_server:
-        values["reward_server"] = list(args.reward_server)
-    for name in ("reward_token_file", "reward_tls_ca", "reward_tls_cert", "reward_tls_key"):
-        if getattr(args, name):
-            values[name] = getattr(args, name)
-    if args.policy_model:
-        values["policy_model"] = args.policy_model
-    if args.prompt_set:
-        values["prompt_set"] = args.prompt_set
-    return values
+    names = ("max_steps", "reward_token_file", "reward_tls_ca", "reward_tls_cert", "reward_tls_key", "policy_model",
+             "prompt_set")
+    flags: dict[str, Any] = {"output_dir": str(args.out), **{name: getattr(args, name) for name in names}}
+    flags["reward_server"] = list(args.reward_server) if args.reward_server else None
+    return PROFILES.overrides(args.overrides, flags)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,6 @@ overrides are applied on top before the config is built (:func:`load_config`).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 import re
@@ -16,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from trl import GRPOConfig
 
 from cer.modes import RewardJudgeMode
 from cer.redundancy import RedundancyMode
 from cer.rewards import RewardKind
+from judge.profiles import ConfigError, ProfileLoader
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 # host:port, [v6]:port, or a gRPC dns target ("dns:///reward-headless:50051": round-robin over every pod behind it)
@@ -251,71 +250,40 @@ def _enum_value(enum_type: type[enum.Enum], value: Any, name: str) -> str:
         raise ValueError(f"{name} must be one of {_choices(enum_type)} (got {value!r})") from None
 
 
+#: the one profile loader (judge.profiles), shared with the judge trainer: flags, checks and error type
+PROFILES = ProfileLoader(CompeerGRPOConfig, PROFILE_DIR, "compeer-train grpo", base=GRPOConfig)
+
+
 def field_names() -> set[str]:
     """Every field a profile or an override may set."""
-    return {f.name for f in dataclasses.fields(CompeerGRPOConfig) if f.init}
+    return PROFILES.fields()
 
 
 def resolve_profile(spec: str) -> Path:
     """A profile path, or the name of a shipped profile (``cpu-smoke``, ``gpu-paper``)."""
-    path = Path(spec)
-    if path.is_file():
-        return path
-    shipped = PROFILE_DIR / f"{spec}.yaml"
-    if shipped.is_file():
-        return shipped
-    names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
-    raise ValueError(f"--config {spec!r}: no such file, and not a shipped profile ({names})")
+    return PROFILES.resolve(spec)
 
 
 def read_profile(spec: str) -> dict[str, Any]:
-    """The mapping a profile file holds; raises ``ValueError`` naming unknown keys."""
-    path = resolve_profile(spec)
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"profile {path}: expected a mapping of config fields to values")  # noqa: TRY004 (bad file content)
-    unknown = sorted(set(data) - field_names())
-    if unknown:
-        raise ValueError(f"profile {path}: unknown fields {unknown}; see `compeer-train grpo --help-fields`")
-    return data
+    """The mapping a profile file holds; raises :class:`ConfigError` naming an unknown key."""
+    return PROFILES.read(spec)
 
 
 def parse_override(item: str) -> tuple[str, Any]:
     """``KEY=VALUE`` with VALUE read as YAML (so numbers, booleans, lists and null work)."""
-    if "=" not in item:
-        raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-    key, raw = item.split("=", 1)
-    key = key.strip()
-    if key not in field_names():
-        raise ValueError(f"--set {key}: not a config field; see `compeer-train grpo --help-fields`")
-    return key, yaml.safe_load(raw)
+    return PROFILES.override(item)
 
 
 def load_config(spec: str, overrides: Mapping[str, Any] | None = None) -> CompeerGRPOConfig:
-    """Build the config from a profile and overrides (later wins). Raises ``ValueError`` with the remedy."""
-    values = read_profile(spec)
-    values.update(overrides or {})
-    return CompeerGRPOConfig(**_floats(values))
-
-
-def _floats(values: dict[str, Any]) -> dict[str, Any]:
-    """YAML 1.1 reads ``2e-5`` (no dot) as a string: turn such values of float fields into floats, or say so."""
-    kinds = {f.name: f.default for f in dataclasses.fields(CompeerGRPOConfig)}
-    out = dict(values)
-    for key, value in values.items():
-        if isinstance(kinds.get(key), float) and isinstance(value, str):
-            try:
-                out[key] = float(value)
-            except ValueError:
-                raise ValueError(f"{key}: expected a number, got {value!r}") from None
-    return out
+    """Build the config from a profile and overrides (later wins). Raises :class:`ConfigError` with the remedy."""
+    cfg: CompeerGRPOConfig = PROFILES.load(spec, overrides)
+    return cfg
 
 
 def describe_fields() -> str:
     """One line per COMPEER field with its help text (the TRL fields are documented by TRL)."""
-    base = {f.name for f in dataclasses.fields(GRPOConfig)}
-    lines = []
-    for f in dataclasses.fields(CompeerGRPOConfig):
-        if f.name not in base:
-            lines.append(f"{f.name}: {f.metadata.get('help', '')}")
-    return "\n".join(lines)
+    return PROFILES.describe()
+
+
+__all__ = ["PROFILES", "CompeerGRPOConfig", "ConfigError", "LengthUnit", "describe_fields", "field_names",
+           "load_config", "parse_override", "read_profile", "resolve_profile"]

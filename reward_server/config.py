@@ -148,17 +148,8 @@ class ServerConfig:
             raise ValueError("cache 'redis' needs REDIS_URL / --redis-url (e.g. redis://127.0.0.1:6379/0)")
         if self.cache_max_entries < 1 or self.cache_ttl_s <= 0:
             raise ValueError("cache_max_entries must be >= 1 and cache_ttl_s > 0 seconds")
-        j = self.judge
-        if j.max_retries < 0 or j.max_retries > 10:
-            raise ValueError(f"judge max_retries {j.max_retries}: expected 0-10")
-        if j.temperature < 0 or j.retry_temperature < 0:
-            raise ValueError("judge temperatures must be >= 0")
-        if not 0.0 < j.top_p <= 1.0:
-            raise ValueError(f"judge top_p {j.top_p}: expected a value in (0, 1]")
-        if j.max_tokens_per_component < 8:
-            raise ValueError(f"max_tokens_per_component {j.max_tokens_per_component}: expected >= 8")
-        if j.rationale_max_chars < 1:
-            raise ValueError(f"rationale_max_chars {j.rationale_max_chars}: expected >= 1")
+        # the judge settings (max_retries 0-10, temperatures, top_p, token and rationale budgets) are checked where
+        # they are defined, judge.protocol.JudgeSettings.__post_init__, for every command that takes them
         if self.limits.max_candidates < 1 or self.limits.max_groups < 1:
             raise ValueError("limits max_candidates and max_groups must be >= 1")
         L = self.limits

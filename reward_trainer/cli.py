@@ -51,12 +51,14 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     j = sub.add_parser("judge", help="SFT a judge adapter (TRL SFTTrainer + LoRA, judge turns only)")
-    j.add_argument("--config", required=False, help="profile name (cpu-smoke, gpu) or YAML file of JudgeSFTConfig")
+    from reward_trainer.config import PROFILES
+
+    # --config, --set KEY=VALUE, --help-fields (--help-config: its old name): the one trainer profile loader's flags
+    PROFILES.add_flags(j, aliases=("--help-config",))
     j.add_argument("--out", default=None, help="adapter output folder (overrides output_dir)")
     j.add_argument("--max-steps", type=int, default=None, help="optimizer steps (overrides max_steps)")
     j.add_argument("--data", default=None, help="judge_sft folder (overrides data_dir)")
     j.add_argument("--variant", choices=VARIANTS, default=None, help=f"{' | '.join(VARIANTS)} (overrides variant)")
-    j.add_argument("--help-config", action="store_true", help="list reward_trainer's config fields and exit")
 
     e = sub.add_parser("judge-eval", parents=[_eval_flags()], help="Table 1 metrics on the held-out split")
     e.add_argument("--adapter", action="append", default=[],
@@ -73,7 +75,7 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="report folder (contrast.json, contrast.md)")
 
     a = sub.add_parser("judge-ablation", parents=[_eval_flags()], help="D / R / P training-set ablation")
-    a.add_argument("--config", required=True, help="profile name or YAML file (the same for the three runs)")
+    PROFILES.add_flags(a, required=True)  # the profile of the three runs
     a.add_argument("--out", required=True, help="ablation folder")
     a.add_argument("--items", nargs="+", required=True,
                    help="judge_item JSONL files (data_builder silver/annotate); rewrite/persona sources are pools")
@@ -121,17 +123,17 @@ def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from reward_trainer.config import config_help, load_config
+    from reward_trainer.config import PROFILES, load_config
     from reward_trainer.sft import train
 
-    if args.help_config:
-        print(config_help())
+    if args.help_fields:
+        print(PROFILES.describe())
         return 0
     if not args.config:
         print("compeer-train judge: --config is required (a profile: cpu-smoke, gpu; or a YAML file)", file=sys.stderr)
         return 2
-    cfg = load_config(args.config, {"output_dir": args.out, "max_steps": args.max_steps, "data_dir": args.data,
-                                    "variant": args.variant})
+    cfg = load_config(args.config, PROFILES.overrides(args.overrides, {
+        "output_dir": args.out, "max_steps": args.max_steps, "data_dir": args.data, "variant": args.variant}))
     result = train(cfg)
     print(json.dumps({"adapter": str(result.adapter_dir), "variant": result.variant, "steps": result.steps,
                       "train_rows": result.train_rows, "train_loss": result.train_loss,
@@ -176,11 +178,9 @@ def _contrast(args: argparse.Namespace) -> int:
 
 def _ablate(args: argparse.Namespace) -> int:
     from reward_trainer.ablation import run_ablation
-    from reward_trainer.config import read_profile
+    from reward_trainer.config import PROFILES
 
-    mapping = read_profile(args.config)
-    if args.max_steps is not None:
-        mapping["max_steps"] = args.max_steps
+    mapping = {**PROFILES.read(args.config), **PROFILES.overrides(args.overrides, {"max_steps": args.max_steps})}
     options = eval_options(args, args.out, args.out)
     options.audit = False
     results = run_ablation(mapping, Path(args.out), args.items, args.rewrite, args.persona, args.extra, options)
@@ -195,8 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"judge": _train, "judge-eval": _evaluate, "judge-contrast": _contrast, "judge-ablation": _ablate}
+    from judge.profiles import ConfigError
+
     try:
         return handlers[args.command](args)
+    except ConfigError as exc:  # the trainers' one message for a profile or override mistake
+        print(f"compeer-train {args.command}: configuration error: {exc}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"compeer-train {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -7,16 +7,13 @@ remedy.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from trl import SFTConfig
 
+from judge.profiles import ConfigError, ProfileLoader
 from judge.protocol import DEFAULT_TEMPLATE
 from reward_trainer import VARIANTS
 
@@ -158,61 +155,36 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+#: the one profile loader (judge.profiles), shared with the GRPO trainer: flags, checks and error type
+PROFILES = ProfileLoader(JudgeSFTConfig, Path(__file__).parent / "profiles", "compeer-train judge", base=SFTConfig)
+
+
 def profile_names() -> list[str]:
     """The packaged profiles (``reward_trainer/profiles/*.yaml``) by name."""
-    root = resources.files("reward_trainer").joinpath("profiles")
-    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+    return PROFILES.names()
 
 
 def read_profile(name_or_path: str) -> dict[str, Any]:
-    """The mapping of a packaged profile name (``cpu-smoke``, ``gpu``) or of a YAML file path."""
-    path = Path(name_or_path)
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-    else:
-        res = resources.files("reward_trainer").joinpath(f"profiles/{name_or_path}.yaml")
-        if not res.is_file():
-            raise FileNotFoundError(f"--config {name_or_path!r}: no such file and no packaged profile of that name "
-                                    f"(packaged: {', '.join(profile_names())})")
-        text = res.read_text(encoding="utf-8")
-    data = yaml.safe_load(text) or {}
-    if not isinstance(data, dict):
-        raise TypeError(f"--config {name_or_path!r}: expected a YAML mapping of JudgeSFTConfig fields")
-    return data
+    """The checked mapping of a packaged profile name (``cpu-smoke``, ``gpu``) or of a YAML file path."""
+    return PROFILES.read(name_or_path)
 
 
 def config_from_mapping(data: dict[str, Any], source: str = "config") -> JudgeSFTConfig:
-    """Build the config from a mapping; unknown keys are an error naming the closest field."""
-    names = {f.name for f in dataclasses.fields(JudgeSFTConfig) if f.init}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, names, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(f"{source}: unknown keys {', '.join(hints)}; see `compeer-train judge --help-config`")
-    return JudgeSFTConfig(**data)
+    """Build the config from a mapping; an unknown key is a :class:`ConfigError` naming the closest field."""
+    cfg: JudgeSFTConfig = PROFILES.build(data, source)
+    return cfg
 
 
 def load_config(name_or_path: str, overrides: dict[str, Any] | None = None) -> JudgeSFTConfig:
-    """Profile or YAML file, then ``overrides`` (None values are ignored), validated."""
-    data = read_profile(name_or_path)
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            data[key] = value
-    return config_from_mapping(data, source=f"--config {name_or_path}")
+    """Profile or YAML file, then ``overrides`` (later wins), validated; :class:`ConfigError` on a mistake."""
+    cfg: JudgeSFTConfig = PROFILES.load(name_or_path, overrides)
+    return cfg
 
 
 def config_help() -> str:
     """One line per reward_trainer field (the TRL fields are documented by TRL)."""
-    own = [f for f in dataclasses.fields(JudgeSFTConfig) if f.metadata.get("help")
-           and f.name in _OWN_FIELDS]
-    return "\n".join(f"{f.name}: {f.metadata['help'].replace('%%', '%')}" for f in own)
+    return PROFILES.describe()
 
 
-_OWN_FIELDS = frozenset({"variant", "extra_modes", "data_dir", "model", "model_dtype", "template", "lora_r", "lora_alpha",
-                         "lora_dropout", "lora_target_modules", "attn_implementation", "false_oversample",
-                         "max_train_rows"})
-
-__all__ = ["DEFAULT_TARGET_MODULES", "JudgeSFTConfig", "config_from_mapping", "config_help", "load_config",
-           "profile_names", "read_profile"]
+__all__ = ["DEFAULT_TARGET_MODULES", "PROFILES", "ConfigError", "JudgeSFTConfig", "config_from_mapping", "config_help",
+           "load_config", "profile_names", "read_profile"]

@@ -12,7 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from judge.engines.settings import OpenAISettings, TransformersSettings, VllmSettings
+from judge.engines.settings import (
+    RATIONALE_BOUNDS,
+    OpenAISettings,
+    TransformersSettings,
+    VllmSettings,
+    rationale_bound_of,
+)
 from judge.settings import nested, setting
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
@@ -106,10 +112,27 @@ class EngineConfig:
     dtype: str = setting("auto", help="weights dtype: auto (bfloat16 or float16 on GPU, float32 on CPU) or a torch "
                                       "dtype name")
     device: str = setting("auto", help="auto | cpu | cuda | cuda:N (vllm picks its own platform)")
+    #: one setting for every backend (the transformers engine's ``--no-line-bound``: a deprecated alias of counted)
+    rationale_bound: str = setting(
+        "auto", choices=("auto", *RATIONALE_BOUNDS), aliases={"--no-line-bound": "counted", "--line-bound": "line"},
+        env_aliases={"COMPEER_LINE_BOUND": {"false": "counted", "true": "line"}},
+        help="how the judge's one-line rationale is bounded: counted (a counted repetition in the regex), max_tokens "
+             "(vllm: an unbounded pattern, max_tokens ends it, an over-long line is re-generated) or line (vllm, "
+             "transformers: in the engine); auto: the backend's fastest (transformers: line; vllm, openai: counted; "
+             "judge/engines/settings.py)")
     vllm: VllmSettings = nested(VllmSettings, help="vllm backend")
     transformers: TransformersSettings = nested(TransformersSettings, help="transformers backend")
     openai: OpenAISettings = nested(OpenAISettings, prefix="openai-", help="openai backend (an OpenAI-compatible "
                                                                           "endpoint)")
+
+
+    def __post_init__(self) -> None:
+        rationale_bound_of(self.backend, self.rationale_bound)  # raises for a bound the backend cannot apply
+
+    @property
+    def bound(self) -> str:
+        """The rationale bound this config's backend applies (``auto`` resolved)."""
+        return rationale_bound_of(self.backend, self.rationale_bound)
 
 
 class EngineError(RuntimeError):

@@ -13,18 +13,32 @@ from judge.settings import setting
 
 #: The libraries that compute the transformers engine's grammar masks (vLLM's names) -> the module each needs.
 GRAMMAR_BACKENDS = {"guidance": "llguidance", "xgrammar": "xgrammar"}
-#: How the vLLM engine bounds the judge's one-line rationale (``GenParams.max_line_chars``):
+#: How an engine bounds the judge's one-line rationale (``GenParams.max_line_chars``), ``EngineConfig.rationale_bound``
+#: (one setting for every backend, ``--rationale-bound``; it replaces the transformers engine's ``line_bound``):
 #: ``counted``: a counted repetition in the verdict regex (``[^\n]{1,100}``; the engine takes no line bound);
-#: ``max_tokens``: an unbounded rationale pattern, the round's ``max_tokens`` ends a runaway line and an answer with a
-#: line over the bound is cut before that line (unparsable: the judge re-generates it);
-#: ``line``: an unbounded rationale pattern plus the line bound as a vLLM V1 logits processor
-#: (:mod:`judge.engines.vllm_line_bound`), the transformers engine's bound.
-#: ``TransformersSettings.line_bound`` is the same choice for the transformers engine, which has two of these three
-#: ways (True: ``line``, False: ``counted``; no ``max_tokens``) and the other default (``line``: 1.6-1.9x faster
-#: there, while ``counted`` is the fastest on vLLM). One name for both, an engine-level ``--rationale-bound`` with a
-#: per-backend default and ``--no-line-bound`` kept as a deprecated alias of ``counted``, is left to issue 28 (it
-#: needs alias support in :mod:`judge.settings`).
+#: ``max_tokens`` (vLLM only): an unbounded rationale pattern, the round's ``max_tokens`` ends a runaway line and an
+#: answer with a line over the bound is cut before that line (unparsable: the judge re-generates it);
+#: ``line`` (vLLM and transformers): an unbounded rationale pattern plus the line bound in the engine (transformers:
+#: in its token mask; vLLM: a V1 logits processor, :mod:`judge.engines.vllm_line_bound`).
+#: ``auto`` (the default) is each backend's fastest: ``line`` on transformers (1.6-1.9x faster there than
+#: ``counted``), ``counted`` on vLLM (the fastest on an H200, docs/gpu.md) and on an OpenAI endpoint (the only one
+#: it can take: the bound travels in the regex).
 RATIONALE_BOUNDS = ("counted", "max_tokens", "line")
+#: the bounds each backend can apply (``auto`` resolves to the first)
+BACKEND_BOUNDS = {"transformers": ("line", "counted"), "vllm": ("counted", "max_tokens", "line"), "openai": ("counted",)}
+
+
+def rationale_bound_of(backend: str, bound: str) -> str:
+    """The bound ``backend`` applies for the setting ``bound`` (``auto``: its fastest); ValueError for one it cannot
+    apply, naming those it can."""
+    can = BACKEND_BOUNDS.get(backend, ("counted",))
+    if bound == "auto":
+        return can[0]
+    if bound not in can:
+        raise ValueError(f"rationale_bound {bound!r}: the {backend} engine takes {', '.join(('auto', *can))}")
+    return bound
+
+
 #: xgrammar's mask-apply kernels.
 GRAMMAR_KERNELS = ("auto", "cpu", "cuda", "triton", "torch_compile", "torch_native")
 
@@ -40,11 +54,6 @@ class VllmSettings:
         True, flag="--no-prefix-caching", help="prefix caching (the judge rounds and a group's candidates share prefixes)")
     block_size: int | None = setting(None, help="KV block size in tokens (none: 32 on CPU, vLLM's on GPU)")
     max_lora_rank: int = setting(64, help="the largest LoRA rank an adapter may have")
-    rationale_bound: str = setting("counted", choices=RATIONALE_BOUNDS,
-                                   help="how the judge's rationale line is bounded: counted (a counted repetition "
-                                        "in the regex; the fastest on an H200, docs/gpu.md), max_tokens (unbounded "
-                                        "pattern, max_tokens ends it, an over-long line is re-generated) or line "
-                                        "(a logits processor)")
     cpu_reserved_cores: int | None = setting(
         0, help="on CPU: cores vLLM-CPU keeps for its scheduler process instead of computing on them "
                 "(VLLM_CPU_NUM_OF_RESERVED_CPU, set before vLLM starts; 0: compute on every core, 1.86x the "
@@ -55,8 +64,6 @@ class VllmSettings:
                                                     or self.cpu_reserved_cores < 0):
             raise ValueError(f"cpu_reserved_cores {self.cpu_reserved_cores!r}: expected an integer >= 0 (or none "
                              "for vLLM's default)")
-        if self.rationale_bound not in RATIONALE_BOUNDS:
-            raise ValueError(f"rationale_bound {self.rationale_bound!r}: expected one of {', '.join(RATIONALE_BOUNDS)}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization {self.gpu_memory_utilization}: expected a fraction in (0, 1]")
         if self.kv_cache_gib is not None and self.kv_cache_gib <= 0:
@@ -67,7 +74,7 @@ class VllmSettings:
 
 @dataclass(frozen=True)
 class TransformersSettings:
-    """The transformers backend: micro-batching, static KV cache, grammar masks and the line bound."""
+    """The transformers backend: micro-batching, static KV cache and grammar masks."""
 
     max_batch: int = setting(32, help="micro-batch size (rows of one model.generate call)")
     max_wait_ms: float = setting(5.0, help="how long a micro-batch waits to fill")
@@ -81,10 +88,8 @@ class TransformersSettings:
                                   help="xgrammar's mask-apply kernel (auto: Triton on CUDA, native on "
                                        "CPU; torch_native needs no JIT compiler)")
     grammar_threads: int = setting(1, help="threads filling a batch's verdict masks (more only pays for "
-                                           "grammars with long counted repetitions, see bench.grammar_fill)")
-    #: the transformers engine's :data:`RATIONALE_BOUNDS` choice (True: ``line``, False: ``counted``)
-    line_bound: bool = setting(True, help="bound the judge's rationale lines in the engine (off: a "
-                                          "counted repetition in the grammar, as on vLLM)")
+                                           "grammars with long counted repetitions: --rationale-bound counted; "
+                                           "see bench.grammar_fill)")
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_wait_ms < 0:
@@ -116,4 +121,4 @@ class OpenAISettings:
             raise ValueError("openai engine: max_retries must be >= 0 and timeout_s > 0")
 
 
-__all__ = ["GRAMMAR_BACKENDS", "GRAMMAR_KERNELS", "RATIONALE_BOUNDS", "OpenAISettings", "TransformersSettings", "VllmSettings"]
+__all__ = ["GRAMMAR_BACKENDS", "GRAMMAR_KERNELS", "RATIONALE_BOUNDS", "OpenAISettings", "TransformersSettings", "VllmSettings", "rationale_bound_of"]

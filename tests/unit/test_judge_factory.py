@@ -28,9 +28,9 @@ from judge.settings import add_arguments, from_namespace
 from tests.fake_engine import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the product packages: none but judge/ builds an engine or resolves a model for one
+#: the product packages and the benchmarks: none but judge/ builds an engine or resolves a model for one
 PRODUCT = ("cer", "judge", "reward_server", "reward_trainer", "data_builder", "policy_trainer", "evaluator",
-           "compeer_loop", "compeer_cli")
+           "compeer_loop", "compeer_cli", "bench")
 #: calls only the factory (and the model store's own CLI) may make
 FACTORY_ONLY = {"create_engine": ("judge/factory.py", "judge/engines/__init__.py"),
                 "resolve_judge": ("judge/factory.py", "judge/model_store.py")}

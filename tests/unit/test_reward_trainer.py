@@ -199,7 +199,7 @@ def test_profiles_load_and_cpu_smoke_is_cpu_safe() -> None:
     cfg = load_config("cpu-smoke", {"max_steps": 1, "output_dir": "/tmp/rt-smoke"})
     assert isinstance(cfg, JudgeSFTConfig)
     assert cfg.max_steps == 1 and not cfg.bf16 and not cfg.gradient_checkpointing and cfg.variant == "unified"
-    with pytest.raises(FileNotFoundError, match="packaged"):
+    with pytest.raises(ValueError, match="no shipped profile"):
         load_config("no-such-profile")
     qwen = load_config("gpu-qwen15-esconv", {"bf16": False, "output_dir": "/tmp/rt-qwen"})
     assert qwen.model == "qwen2.5-coder-1.5b" and qwen.lora_r == 8 and "down_proj" in qwen.lora_target_modules

@@ -15,7 +15,7 @@ from judge.settings import options
 from reward_server.cli import config_from_args, make_parser
 from reward_server.config import ServerConfig
 
-ENV_NAMES = [o.env for o in options(ServerConfig)]
+ENV_NAMES = [o.env for o in options(ServerConfig)] + ["COMPEER_LINE_BOUND"]  # and the deprecated name
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_every_setting_has_one_flag_and_one_env_name() -> None:
     assert flags[("max_in_flight_groups",)] == "--max-in-flight-groups"
     assert flags[("cache_max_entries",)] == "--cache-max-entries"
     assert flags[("judge", "top_p")] == "--top-p" and flags[("judge", "retry_temperature")] == "--retry-temperature"
-    assert flags[("engine", "transformers", "line_bound")] == "--no-line-bound"
+    assert flags[("engine", "rationale_bound")] == "--rationale-bound"
     assert flags[("engine", "openai", "base_url")] == "--openai-base-url"
     envs = {o.path: o.env for o in opts}
     assert envs[("redis_url",)] == "REDIS_URL" and envs[("cache",)] == "COMPEER_CACHE_KIND"
@@ -72,7 +72,8 @@ def test_flags_and_env_reach_nested_settings(clean_env: pytest.MonkeyPatch) -> N
     assert c.max_in_flight_groups == 7 and c.cache_max_entries == 12
     assert (c.judge.top_p, c.judge.retry_temperature, c.judge.seed) == (0.9, 1.1, 3)
     assert c.engine.backend == "transformers" and c.engine.seed == 0
-    assert c.engine.transformers == TransformersSettings(static_cache=True, grammar_threads=2, line_bound=False)
+    assert c.engine.transformers == TransformersSettings(static_cache=True, grammar_threads=2)
+    assert c.engine.rationale_bound == "counted"  # COMPEER_LINE_BOUND=false: the deprecated name of counted
     assert c.engine.vllm.enable_prefix_caching is False and c.engine.openai == OpenAISettings(timeout_s=9.0)
     assert c.default_mode is JudgeMode.PRM and c.limits.max_timeout_ms == 1000
 
@@ -95,3 +96,51 @@ def test_bad_values_are_refused_naming_the_setting(clean_env: pytest.MonkeyPatch
         config_from_args(make_parser().parse_args(["serve", "--log-level", "loud"]))
     with pytest.raises(ValueError, match="gpu_memory_utilization 1.5"):
         EngineConfig(vllm=VllmSettings(gpu_memory_utilization=1.5))
+
+
+def test_one_rationale_bound_for_every_backend_and_its_deprecated_alias(clean_env: pytest.MonkeyPatch,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """``--rationale-bound`` is the one setting (the transformers engine's ``--no-line-bound`` was the same concept
+    under another name): the old flag and env keep working, each warning once, naming the new spelling."""
+    import judge.settings as js
+
+    clean_env.setattr(js, "_warned", set())
+    serve = ["serve", "--backend", "transformers"]
+    assert config_from_args(make_parser().parse_args(serve)).engine.bound == "line"  # auto: the backend's fastest
+    assert config_from_args(make_parser().parse_args(["serve"])).engine.bound == "counted"
+    with caplog.at_level("WARNING", logger="judge.settings"):
+        for _ in range(2):
+            c = config_from_args(make_parser().parse_args([*serve, "--no-line-bound"]))
+            assert c.engine.rationale_bound == "counted" and c.engine.bound == "counted"
+        assert config_from_args(make_parser().parse_args([*serve, "--line-bound"])).engine.rationale_bound == "line"
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == ["--no-line-bound is deprecated and will be removed: use --rationale-bound counted",
+                      "--line-bound is deprecated and will be removed: use --rationale-bound line"]
+    clean_env.setenv("COMPEER_LINE_BOUND", "true")
+    assert config_from_args(make_parser().parse_args(serve)).engine.rationale_bound == "line"
+    clean_env.setenv("COMPEER_RATIONALE_BOUND", "counted")  # the new name wins over the old one
+    assert config_from_args(make_parser().parse_args(serve)).engine.rationale_bound == "counted"
+    clean_env.setenv("COMPEER_LINE_BOUND", "maybe")
+    clean_env.delenv("COMPEER_RATIONALE_BOUND")
+    with pytest.raises(ValueError, match="COMPEER_LINE_BOUND='maybe': expected one of false, true"):
+        make_parser()
+
+
+def test_judge_settings_are_validated_where_they_are_defined() -> None:
+    """JudgeSettings checks itself (not only the server's config), so every command that builds them gets the same
+    checks; ``--max-retries`` has one range everywhere (judge.generation.check_max_retries)."""
+    from judge.factory import EngineChoice
+    from judge.generation import RetryPolicy
+    from judge.protocol import JudgeSettings
+
+    for bad, match in (({"max_retries": 11}, "judge max_retries 11: expected 0-10"),
+                       ({"top_p": 0.0}, "judge top_p 0.0"), ({"temperature": -1.0}, "temperatures"),
+                       ({"max_tokens_per_component": 4}, "max_tokens_per_component 4"),
+                       ({"rationale_max_chars": 0}, "rationale_max_chars 0")):
+        with pytest.raises(ValueError, match=match):
+            JudgeSettings(**bad)
+    with pytest.raises(ValueError, match="judge max_retries 11: expected 0-10"):
+        config_from_args(make_parser().parse_args(["serve", "--max-retries", "11"]))
+    for make in (lambda: EngineChoice(max_retries=11), lambda: RetryPolicy(max_retries=11)):
+        with pytest.raises(ValueError, match="11: expected 0-10"):
+            make()

