@@ -102,7 +102,7 @@ def train(config: JudgeSFTConfig) -> TrainResult:
                          peft_config=lora_config(config), callbacks=[guard])
     log.info("training %s judge: %d rows, base %s, LoRA r=%d", config.variant, len(train_ds), ref.model_id,
              config.lora_r)
-    resume = latest_checkpoint(Path(config.output_dir))
+    resume = latest_checkpoint(Path(config.output_dir)) if config.output_dir else None
     if resume is not None:  # an earlier run of the same config stopped (a call or a machine ended): go on from it
         log.info("resuming from %s", resume)
     output = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
