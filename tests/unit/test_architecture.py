@@ -32,7 +32,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # negative as the contrast stage lists them
     "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
     "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards",
-                       "judge.profiles"),
+                       "judge.profiles", "judge.settings"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
     # wrapper (on judge.generation)
     "evaluator": ("cer", "judge", "data_builder.llm"),
