@@ -20,6 +20,7 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from evaluator.pairwise import VoteError, export_pairs, import_votes
 from evaluator.prompts import load_prompts
 from evaluator.report import write_report
 from evaluator.runs import RunDir, RunError, run_items
+from judge.settings import add_arguments, from_namespace, setting
 
 log = logging.getLogger("evaluator")
 ROLE_DEFAULTS = {"model": {"max_tokens": 256}, "simulator": {"max_tokens": 128}, "scorer": {"max_tokens": 96}}
@@ -39,44 +41,77 @@ def _digest(path: Path | None) -> str:
     return "packaged" if path is None else hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def _run_options(p: argparse.ArgumentParser, model_format: str, roles: tuple[str, ...],
-                 limit: int | None = None, limit_help: str = "evaluate only the first N inputs") -> None:
+@dataclass
+class RunFlags:
+    """The flags every harness run (esc, sage, gold) shares, besides its harness config and its roles' engines."""
+
+    limit: int | None = setting(None, help="evaluate only the first N inputs (gold: N held-out turns picked at random "
+                                           "with --seed); None: all")
+    concurrency: int = setting(4, help="dialogues in flight (engines batch their requests)")
+    prompts: Path | None = setting(None, help="prompts/rubrics YAML; None: the packaged one")
+    seed: int = setting(0, help="seed of every generation (retries use seed + attempt)")
+
+
+@dataclass
+class SampleFlags:
+    """``compeer-eval cards``: how many ESConv dialogues, picked how."""
+
+    limit: int | None = setting(None, help="that many dialogues, picked at random (--seed); None: all")
+    seed: int = setting(0, help="seed of the pick")
+
+
+@dataclass
+class ExportFlags:
+    """``compeer-eval pairwise-export``."""
+
+    seed: int = setting(0, help="seed of the left/right order")
+
+
+@dataclass
+class ImportFlags:
+    """``compeer-eval pairwise-import``."""
+
+    bootstrap: int = setting(2000, help="bootstrap resamples")
+
+
+#: each harness: its config (its own flags and --model-format, with the harness's default), the roles it uses and
+#: its --limit default
+HARNESSES: dict[str, tuple[type, tuple[str, ...], int | None]] = {
+    "esc": (esc_eval.EscConfig, ROLES, None), "sage": (sage.SageConfig, ("model", "simulator"), None),
+    "gold": (gold.GoldConfig, ("model",), 200)}
+
+
+def _run_options(p: argparse.ArgumentParser, harness: str) -> None:
+    config, roles, limit = HARNESSES[harness]
+    # hand-written: --out is required (settings have no required flags); --overwrite discards a run, so it is said on
+    # the command line only (no COMPEER_OVERWRITE)
     p.add_argument("--out", type=Path, required=True, help="run folder (created; the same folder again resumes)")
-    p.add_argument("--limit", type=int, default=limit, help=f"{limit_help} (default: {limit or 'all'})")
-    p.add_argument("--concurrency", type=int, default=4, help="dialogues in flight (engines batch their requests)")
-    p.add_argument("--model-format", choices=("plain", "cer"), default=model_format,
-                   help="plain: any chat model, its output is the reply; cer: the CER policy prompt, the reply is the "
-                        "<response> part (policy checkpoints)")
-    p.add_argument("--prompts", type=Path, default=None, help="prompts/rubrics YAML (default: the packaged one)")
-    p.add_argument("--seed", type=int, default=0, help="seed of every generation (retries use seed + attempt)")
     p.add_argument("--overwrite", action="store_true", help="discard an existing run in --out")
+    add_arguments(p, config, title=f"{harness} harness")
+    add_arguments(p, RunFlags, title="run", defaults={"limit": limit})
     for role in roles:
         add_role_options(p, role, **ROLE_DEFAULTS[role])
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The ``compeer-eval`` argument parser."""
+    """The ``compeer-eval`` argument parser (positional and required flags hand-written: settings have neither)."""
     parser = argparse.ArgumentParser(prog="compeer-eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG (dialogue text included)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("esc", help="ESC-Eval-style: role cards, simulated seeker, 7 dimensions scored 0-4")
     p.add_argument("--cards", type=Path, default=None, help="ESC-Eval role cards JSON (default: the packaged cards)")
-    p.add_argument("--rounds", type=int, default=5, help="seeker/model rounds per dialogue")
-    _run_options(p, "plain", ROLES)
+    _run_options(p, "esc")
     p = sub.add_parser("sage", help="SAGE-style: hidden intention, emotion score, success/failure")
     p.add_argument("--profiles", type=Path, default=None, help="SAGE profiles JSONL (default: the packaged ones)")
-    p.add_argument("--max-rounds", type=int, default=10, help="model replies per dialogue at most")
-    p.add_argument("--start", type=int, default=40, help="the seeker's starting emotion score")
-    _run_options(p, "plain", ("model", "simulator"))
+    _run_options(p, "sage")
     p = sub.add_parser("gold", help="ESConv held-out turns: BLEU-2, ROUGE-L, strategy accuracy, distinct-n")
     p.add_argument("--esconv", type=Path, required=True, help="ESConv JSON (e.g. shared/data/esconv/valid.json)")
-    _run_options(p, "cer", ("model",), 200, "evaluate N held-out turns picked at random with --seed")
+    _run_options(p, "gold")
     p = sub.add_parser("cards", help="build ESC-Eval role cards from ESConv dialogues")
     p.add_argument("--esconv", type=Path, required=True, help="ESConv JSON")
     p.add_argument("--out", type=Path, required=True, help="cards JSON to write")
-    p.add_argument("--limit", type=int, default=None, help="that many dialogues, picked at random (--seed)")
-    p.add_argument("--seed", type=int, default=0)
+    add_arguments(p, SampleFlags, title="sample")
     p = sub.add_parser("report", help="markdown report and plots over one or more run folders")
     p.add_argument("runs", nargs="+", type=Path, help="run folders")
     p.add_argument("--out", type=Path, required=True, help="report folder")
@@ -84,12 +119,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("run_a", type=Path)
     p.add_argument("run_b", type=Path)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--seed", type=int, default=0, help="seed of the left/right order")
+    add_arguments(p, ExportFlags, title="pairs")
     p = sub.add_parser("pairwise-import", help="win/tie/loss rates with bootstrap intervals from annotator votes")
     p.add_argument("--pairs", type=Path, required=True, help="the folder pairwise-export wrote")
     p.add_argument("--votes", type=Path, required=True, help="votes CSV or Label Studio JSON export")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    add_arguments(p, ImportFlags, title="rates")
     return parser
 
 
@@ -122,29 +157,26 @@ async def _execute(run: RunDir, roles: Roles, items: list[tuple[str, Any]],
 
 def _harness(args: argparse.Namespace) -> int:
     prompts = load_prompts(str(args.prompts) if args.prompts else None)
-    used: tuple[str, ...]
-    if args.command == "esc":
-        cfg_e = esc_eval.EscConfig(rounds=args.rounds, model_format=args.model_format)
-        cards = load_cards(args.cards)[:args.limit]
-        used, source, harness_cfg = ROLES, args.cards, cfg_e.as_dict()
-        items: list[tuple[str, Any]] = [(c.id, c) for c in cards]
-    elif args.command == "sage":
-        cfg_s = sage.SageConfig(max_rounds=args.max_rounds, start=args.start, model_format=args.model_format)
-        used, source, harness_cfg = ("model", "simulator"), args.profiles, cfg_s.as_dict()
-        items = [(p.id, p) for p in load_profiles(args.profiles)[:args.limit]]
+    config_cls, used, _ = HARNESSES[args.command]
+    cfg = from_namespace(config_cls, args)
+    source: Path | None
+    items: list[tuple[str, Any]]
+    if isinstance(cfg, esc_eval.EscConfig):
+        source, items = args.cards, [(c.id, c) for c in load_cards(args.cards)[:args.limit]]
+    elif isinstance(cfg, sage.SageConfig):
+        source, items = args.profiles, [(p.id, p) for p in load_profiles(args.profiles)[:args.limit]]
     else:
-        cfg_g = gold.GoldConfig(model_format=args.model_format)
-        used, source, harness_cfg = ("model",), args.esconv, cfg_g.as_dict()
-        items = [(g.id, g) for g in gold_turns(args.esconv, args.limit, args.seed)]
+        source, items = args.esconv, [(g.id, g) for g in gold_turns(args.esconv, args.limit, args.seed)]
+    harness_cfg = cfg.as_dict()
     run = RunDir.open(args.out, args.command, _config(args, harness_cfg, source, used), args.overwrite)
     roles = _roles(args, run, used)
     fn: Callable[[Any], Awaitable[dict[str, Any]]]
-    if args.command == "esc":
-        fn = lambda c: esc_eval.run_card(c, roles, prompts, cfg_e)
-    elif args.command == "sage":
-        fn = lambda p: sage.run_profile(p, roles, prompts, cfg_s)
+    if isinstance(cfg, esc_eval.EscConfig):
+        fn = lambda c: esc_eval.run_card(c, roles, prompts, cfg)
+    elif isinstance(cfg, sage.SageConfig):
+        fn = lambda p: sage.run_profile(p, roles, prompts, cfg)
     else:
-        fn = lambda g: gold.run_turn(g, roles, prompts, cfg_g)
+        fn = lambda g: gold.run_turn(g, roles, prompts, cfg)
     asyncio.run(_execute(run, roles, items, fn, args.concurrency, args.command))
     report = write_report([run.path], run.path)
     summary = json.loads((run.path / "results.json").read_text(encoding="utf-8"))["summary"]

@@ -19,17 +19,20 @@ from evaluator.backends import Roles
 from evaluator.inputs import Card
 from evaluator.metrics import reply_figures
 from evaluator.prompts import (
+    MODEL_FORMATS,
     SCORE_MAX,
     SCORE_REGEX,
     Dimension,
     Prompts,
     field_line,
     first_message,
+    model_format_setting,
     model_reply,
     parse_score,
     seeker_chat,
     transcript,
 )
+from judge.settings import setting
 
 HARNESS = "esc"
 #: a dimension on which the scorer gives one score to at least this share of the dialogues (over at least
@@ -41,13 +44,13 @@ FLAT_SHARE, FLAT_MIN_N = 0.9, 5
 class EscConfig:
     """Settings of an ESC-Eval-style run (recorded in the run's manifest)."""
 
-    rounds: int = 5
-    model_format: str = "plain"
+    rounds: int = setting(5, help="seeker/model rounds per dialogue")
+    model_format: str = model_format_setting("plain")
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
-        if self.model_format not in ("plain", "cer"):
+        if self.model_format not in MODEL_FORMATS:
             raise ValueError(f"model_format {self.model_format!r}: expected plain or cer")
 
     def as_dict(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 from evaluator.backends import Roles
 from evaluator.inputs import GoldTurn
 from evaluator.metrics import gold_figures, reply_figures
-from evaluator.prompts import Prompts, model_reply
+from evaluator.prompts import MODEL_FORMATS, Prompts, model_format_setting, model_reply
 
 HARNESS = "gold"
 
@@ -20,10 +20,10 @@ HARNESS = "gold"
 class GoldConfig:
     """Settings of a held-out-turn run (recorded in the run's manifest)."""
 
-    model_format: str = "cer"
+    model_format: str = model_format_setting("cer")
 
     def __post_init__(self) -> None:
-        if self.model_format not in ("plain", "cer"):
+        if self.model_format not in MODEL_FORMATS:
             raise ValueError(f"model_format {self.model_format!r}: expected plain or cer")
 
     def as_dict(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from cer.policy_prompt import policy_messages
 from cer.reasoning import parse, strip_tags
 from cer.taxonomy import load_taxonomy, named_strategy
 from evaluator.backends import ChatRole, Message
+from judge.settings import setting
 
 LANGUAGES = ("english", "chinese")
 SCORE_MIN, SCORE_MAX = 0, 4
@@ -125,6 +126,17 @@ def first_message(text: str) -> str | None:
     out = " ".join(" ".join(lines).replace("<<<", " ").replace(">>>", " ").split())
     out = re.sub(r"^(seeker|user|求助者)\s*[:：]\s*", "", out, flags=re.IGNORECASE).strip().strip('"')
     return out or None
+
+
+#: how the model under test is prompted and its reply read (:func:`model_reply`)
+MODEL_FORMATS = ("plain", "cer")
+
+
+def model_format_setting(default: str) -> Any:
+    """The ``model_format`` setting of a harness config (``--model-format``), defaulting to ``default``."""
+    return setting(default, choices=MODEL_FORMATS,
+                   help="plain: any chat model, its output is the reply; cer: the CER policy prompt, the reply is the "
+                        "<response> part (policy checkpoints)")
 
 
 async def model_reply(role: ChatRole, history: list[Turn], fmt: str, language: str, request_id: str,

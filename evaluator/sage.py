@@ -19,14 +19,17 @@ from evaluator.inputs import Profile
 from evaluator.metrics import reply_figures
 from evaluator.prompts import (
     CHANGE_REGEX,
+    MODEL_FORMATS,
     Prompts,
     field_line,
     first_message,
+    model_format_setting,
     model_reply,
     parse_change,
     seeker_chat,
     transcript,
 )
+from judge.settings import setting
 
 HARNESS = "sage"
 FINAL = ("success", "failure", "max_rounds")
@@ -36,19 +39,19 @@ FINAL = ("success", "failure", "max_rounds")
 class SageConfig:
     """Settings of a SAGE-style run (recorded in the run's manifest)."""
 
-    max_rounds: int = 10
-    start: int = 40
-    max_change: int = 10
-    success_at: int = 100
-    failure_below: int = 10
-    model_format: str = "plain"
+    max_rounds: int = setting(10, help="model replies per dialogue at most")
+    start: int = setting(40, help="the seeker's starting emotion score")
+    max_change: int = setting(10, help="the seeker's change of emotion score per round is clamped to +-N")
+    success_at: int = setting(100, help="emotion score at which a dialogue succeeds")
+    failure_below: int = setting(10, help="emotion score below which a dialogue fails")
+    model_format: str = model_format_setting("plain")
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1 or self.max_change < 1:
             raise ValueError("max_rounds and max_change must be >= 1")
         if not 0 <= self.failure_below <= self.start < self.success_at <= 100:
             raise ValueError("expected 0 <= failure_below <= start < success_at <= 100")
-        if self.model_format not in ("plain", "cer"):
+        if self.model_format not in MODEL_FORMATS:
             raise ValueError(f"model_format {self.model_format!r}: expected plain or cer")
 
     def as_dict(self) -> dict[str, Any]:
