@@ -43,6 +43,25 @@ class JudgingFlags:
     auditor_model: str | None = setting(None, help="auditing LLM model; None: --model's")
 
 
+@dataclass
+class TrainFlags:
+    """``compeer-train judge``'s overrides of profile fields (None: the profile's value)."""
+
+    max_steps: int | None = setting(None, help="optimizer steps (overrides max_steps)")
+    data: str | None = setting(None, help="judge_sft folder (overrides data_dir)")
+    variant: str | None = setting(None, choices=VARIANTS, help=f"{' | '.join(VARIANTS)} (overrides variant)")
+
+
+@dataclass
+class AblationFlags:
+    """``compeer-train judge-ablation``'s flags besides the profile, --out and --items."""
+
+    rewrite: list[str] = setting(default_factory=list, help="more judge_item files made from plain rewrites")
+    persona: list[str] = setting(default_factory=list, help="more judge_item files made from persona rewrites")
+    max_steps: int | None = setting(None, help="optimizer steps per run (overrides max_steps)")
+    extra: int | None = setting(None, help="extra items per set; None: the most all pools allow")
+
+
 def _eval_flags() -> argparse.ArgumentParser:
     from judge.factory import EngineChoice
     from judge.settings import add_arguments
@@ -60,14 +79,15 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     j = sub.add_parser("judge", help="SFT a judge adapter (TRL SFTTrainer + LoRA, judge turns only)")
+    from judge.settings import add_arguments
     from reward_trainer.config import PROFILES
 
     # --config, --set KEY=VALUE, --help-fields (--help-config: its old name): the one trainer profile loader's flags
     PROFILES.add_flags(j, aliases=("--help-config",))
+    # hand-written here and below: --out (a COMPEER_OUT shared by every CLI would be a trap), required flags and
+    # --adapter (repeatable VARIANT=DIR / LABEL=DIR values): settings have neither required nor appended flags
     j.add_argument("--out", default=None, help="adapter output folder (overrides output_dir)")
-    j.add_argument("--max-steps", type=int, default=None, help="optimizer steps (overrides max_steps)")
-    j.add_argument("--data", default=None, help="judge_sft folder (overrides data_dir)")
-    j.add_argument("--variant", choices=VARIANTS, default=None, help=f"{' | '.join(VARIANTS)} (overrides variant)")
+    add_arguments(j, TrainFlags, title="profile overrides")
 
     e = sub.add_parser("judge-eval", parents=[_eval_flags()], help="Table 1 metrics on the held-out split")
     e.add_argument("--adapter", action="append", default=[],
@@ -88,10 +108,7 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", required=True, help="ablation folder")
     a.add_argument("--items", nargs="+", required=True,
                    help="judge_item JSONL files (data_builder silver/annotate); rewrite/persona sources are pools")
-    a.add_argument("--rewrite", nargs="*", default=[], help="more judge_item files made from plain rewrites")
-    a.add_argument("--persona", nargs="*", default=[], help="more judge_item files made from persona rewrites")
-    a.add_argument("--max-steps", type=int, default=None, help="optimizer steps per run (overrides max_steps)")
-    a.add_argument("--extra", type=int, default=None, help="extra items per set (default: the most all pools allow)")
+    add_arguments(a, AblationFlags, title="ablation")
     return parser
 
 
