@@ -72,33 +72,10 @@ class ResolvedModel:
     config: EngineConfig
 
     @property
-    def backend(self) -> str:
-        return self.config.backend
-
-    @property
-    def path(self) -> str:
-        return self.config.model_path
-
-    @property
-    def model_id(self) -> str:
-        return self.config.model_id
-
-    @property
-    def revision(self) -> str:
-        return self.config.revision
-
-    @property
-    def adapter(self) -> str | None:
-        return self.config.adapter
-
-    @property
-    def adapter_id(self) -> str | None:
-        return self.config.adapter_id
-
-    @property
     def identity(self) -> str:
         """``model_id`` plus the adapter's id: what results name and what separates cache entries."""
-        return f"{self.model_id}+{self.adapter_id}" if self.adapter_id else self.model_id
+        c = self.config
+        return f"{c.model_id}+{c.adapter_id}" if c.adapter_id else c.model_id
 
 
 def resolve_spec(spec: ModelSpec) -> ResolvedModel:
@@ -109,7 +86,7 @@ def resolve_spec(spec: ModelSpec) -> ResolvedModel:
 
 
 def _engine_key(spec: ModelSpec, resolved: ResolvedModel) -> tuple[str, ...]:
-    return (spec.backend, resolved.path, resolved.identity, spec.base_url or "", spec.device, str(spec.openai_regex))
+    return (spec.backend, resolved.config.model_path, resolved.identity, spec.base_url or "", spec.device, str(spec.openai_regex))
 
 
 class _SharedEngine(Engine):

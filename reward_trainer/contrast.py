@@ -175,8 +175,8 @@ async def run_contrast(options: ContrastOptions) -> dict[str, Any]:
         metrics["judges"][label] = {ref: summarise_kinds(t) for ref, t in totals.items()}
         metrics["totals"][label] = totals
     rt = options.runtime
-    metrics["meta"] = {"groups": str(options.groups_path), "n_groups": len(groups), "backend": rt.backend,
-                       "model": rt.model, "template": rt.template, "adapters": dict(options.judges),
+    metrics["meta"] = {"groups": str(options.groups_path), "n_groups": len(groups), "backend": rt.engine.backend,
+                       "model": rt.engine.model, "template": rt.template, "adapters": dict(options.judges),
                        "settings": rt.settings.__dict__, "seconds": round(time.monotonic() - started, 1)}
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "contrast.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")

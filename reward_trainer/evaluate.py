@@ -113,8 +113,8 @@ async def _audit_all(options: EvalOptions, preds: dict[str, dict[str, list[Predi
             res_u: AuditResult = await audit(engine, "unified", uni, runtime.settings, runtime.concurrency)
             res_s: AuditResult = await audit(engine, "prm+orm", sep, runtime.settings, runtime.concurrency)
             out[judge] = {"unified": res_u.to_json(), "prm+orm": res_s.to_json(),
-                          "auditor": {"backend": options.auditor_backend or runtime.backend,
-                                      "model": options.auditor_model or runtime.model}}
+                          "auditor": {"backend": options.auditor_backend or runtime.engine.backend,
+                                      "model": options.auditor_model or runtime.engine.model}}
     return out
 
 
@@ -170,7 +170,7 @@ async def evaluate(options: EvalOptions) -> dict[str, Any]:
         metrics["inconsistency"] = audits
     ref = model_ref(options.runtime)
     metrics["meta"] = {
-        "data_dir": str(options.data_dir), "backend": options.runtime.backend, "model_id": ref.model_id,
+        "data_dir": str(options.data_dir), "backend": options.runtime.engine.backend, "model_id": ref.model_id,
         "model_revision": ref.revision, "template": options.runtime.template, "max_items": options.max_items,
         "settings": asdict(options.runtime.settings), "seconds": round(time.monotonic() - started, 1),
         "adapters": dict(options.adapters),

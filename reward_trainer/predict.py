@@ -107,16 +107,6 @@ class JudgeRuntime:
     settings: JudgeSettings = field(default_factory=lambda: JudgeSettings(seed=0))
     concurrency: int = 32
 
-    @property
-    def backend(self) -> str:
-        """The engine backend."""
-        return self.engine.backend
-
-    @property
-    def model(self) -> str:
-        """The base model as given (``default``, a base name or an HF folder)."""
-        return self.engine.model
-
 
 def engine_of(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
               backend: str | None = None) -> EngineConfig:

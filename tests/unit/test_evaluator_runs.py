@@ -111,7 +111,7 @@ def test_model_specs_and_policy_checkpoints(tmp_path: Path) -> None:
     (final / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(base)}))
     (final / "adapter_model.safetensors").write_bytes(b"weights")
     resolved = resolve_spec(ModelSpec(model=str(tmp_path / "run")))
-    assert resolved.path == str(base) and resolved.adapter == str(final)
+    assert resolved.config.model_path == str(base) and resolved.config.adapter == str(final)
     assert resolved.identity.startswith("base+final@sha256:")
     (final / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/not-here"}))
     with pytest.raises(FileNotFoundError, match="not a local folder"):

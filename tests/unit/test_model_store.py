@@ -186,9 +186,9 @@ def test_adapter_none_in_the_evaluator_is_the_model_alone(tmp_path: Path) -> Non
     run.mkdir(parents=True)
     (run / "adapter_config.json").write_text("{}")
     (run / "adapter_model.safetensors").write_bytes(b"\x00")
-    assert resolve_spec(ModelSpec(model=str(tmp_path / "policy"))).adapter == str(run)  # a checkpoint is found ...
+    assert resolve_spec(ModelSpec(model=str(tmp_path / "policy"))).config.adapter == str(run)  # a checkpoint is found ...
     resolved = resolve_spec(ModelSpec(model="default", adapter="none"))  # ... 'none' never loads an adapter
-    assert resolved.adapter is None and resolved.adapter_id is None
+    assert resolved.config.adapter is None and resolved.config.adapter_id is None
 
 
 if __name__ == "__main__":  # pragma: no cover
