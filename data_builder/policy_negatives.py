@@ -24,6 +24,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ KIND_OF_RULE: dict[str, str] = {
     "truncated": "degenerate", "dismissive": "dismissive", "echo": "echo", "short_no_content": "generic",
     "repeated_across_prompts": "generic"}
 TEMPLATE_KINDS: tuple[str, ...] = ("generic", "dismissive")
+#: the kinds of mark counted as degenerate replies (echo and dismissive replies are counted apart)
+DEGENERATE_KINDS: tuple[str, ...] = ("degenerate", "generic")
 RECORDS_FILE = "records.jsonl"
 
 
@@ -107,6 +110,25 @@ class Labeller:
         if normalise(text) in self.repeated:
             return "generic", "repeated_across_prompts"
         return None
+
+
+@lru_cache(maxsize=1)
+def default_labeller() -> Labeller:
+    """The :class:`Labeller` of the shipped ``silver.yaml`` and taxonomy (no cross-prompt repeats), built once."""
+    return Labeller(load_config(), load_taxonomy(None))
+
+
+def mark_reply(text: str, history: list[dict[str, Any]], raw: str | None = None,
+               format_ok: bool = True) -> str | None:
+    """``kind/rule`` of the rule that marks a policy reply in its conversation (``degenerate/stage_label``, ...),
+    None when no rule does (:func:`default_labeller`)."""
+    marked = default_labeller().label(text, history, raw, format_ok)
+    return None if marked is None else f"{marked[0]}/{marked[1]}"
+
+
+def is_degenerate(mark: str | None) -> bool:
+    """Whether a :func:`mark_reply` mark is of a degenerate kind (:data:`DEGENERATE_KINDS`)."""
+    return mark is not None and mark.split("/", 1)[0] in DEGENERATE_KINDS
 
 
 def _common_run(a: list[str], b: list[str]) -> int:

@@ -17,7 +17,7 @@ import yaml
 
 from cer.dialogue import Role, Turn
 from cer.policy_prompt import policy_messages
-from cer.reasoning import parse, strip_tags
+from cer.reasoning import reply_text
 from cer.taxonomy import load_taxonomy, named_strategy
 from evaluator.backends import ChatRole, Message
 from judge.settings import setting
@@ -156,8 +156,7 @@ async def model_reply(role: ChatRole, history: list[Turn], fmt: str, language: s
     raw = done.text
     if fmt != "cer":
         return {"text": raw.strip(), "raw": raw}
-    parsed = parse(raw)
-    reply = parsed.response if parsed.response is not None else " ".join(strip_tags(raw).split())
+    reply, parsed = reply_text(raw)
     step3 = parsed.parts["strategy"]
     return {"text": reply, "raw": raw, "format_ok": parsed.ok, "missing": parsed.missing,
             "strategy": named_strategy(step3, load_taxonomy()) if step3 else None}

@@ -25,8 +25,10 @@ from typing import Any, Protocol
 
 from cer.dialogue import Turn
 from cer.modes import JudgeMode, RewardJudgeMode
+from cer.reasoning import reply_text
 from cer.redundancy import RedundancyMode, reweight
 from cer.rewards import RewardKind
+from data_builder.policy_negatives import mark_reply
 from policy_trainer.config import CompeerGRPOConfig, LengthUnit
 from policy_trainer.scores import (
     GradedRewardsUnavailable,
@@ -119,6 +121,13 @@ def split_groups(n_items: int, num_generations: int, histories: Sequence[Any],
     return groups
 
 
+def mark_completion(raw: str, history: Any) -> str | None:
+    """The degenerate-reply rule's mark of one completion in its conversation (``kind/rule``, None when unmarked):
+    its reply part, or its tag-stripped text when that part is missing (:func:`cer.reasoning.reply_text`)."""
+    reply, parsed = reply_text(raw)
+    return mark_reply(reply, [t.to_dict() for t in _history(history)], raw, parsed.ok)
+
+
 def _history(raw: Any) -> list[Turn]:
     if not isinstance(raw, list):
         raise ValueError("the dataset's `history` column must hold a list of {role, text} turns")  # noqa: TRY004
@@ -170,6 +179,7 @@ class CompeerReward:
         groups = split_groups(n, self.settings.num_generations, history, refs)
         texts = [completion_text(c) for c in completions]
         stats = RewardBatchStats(items=n, groups=len(groups))
+        stats.reply_marks = [mark_completion(t, history[i]) for i, t in enumerate(texts)]
         requests = [GroupRequest(history=_history(history[g[0]]), reference=refs[g[0]],
                                  candidates=[texts[i] for i in g]) for g in groups]
         scores = await self._score(requests, stats)
@@ -287,4 +297,4 @@ def _with_options(req: GroupRequest, mode: JudgeMode, similarity: bool) -> Group
 
 
 __all__ = ["ClientFactory", "CompeerReward", "GradedRewardsUnavailable", "GroupingError", "ItemScore", "MetricLogger",
-           "RewardBatchStats", "RewardSettings", "ScoringClient", "completion_text", "split_groups"]
+           "RewardBatchStats", "RewardSettings", "ScoringClient", "completion_text", "mark_completion", "split_groups"]

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from cer.rewards import RewardKind, total_reward
+from data_builder.policy_negatives import is_degenerate
 from reward_server.types import CandidateResult, ErrorInfo, GroupResponse, Rewards, Status
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class RewardBatchStats:
     total_s: float = 0.0
     server_inference_ms: list[float] = field(default_factory=list)
     server_group_ms: list[float] = field(default_factory=list)  # queue + inference of each group
+    reply_marks: list[str | None] = field(default_factory=list)  # the degenerate-reply rule's mark, per completion
 
     def add(self, s: ItemScore) -> None:
         """Count one item's status and components (the rewards it is trained on are counted by the caller)."""
@@ -118,6 +120,11 @@ class RewardBatchStats:
         for name, values in means.items():
             if values:
                 out[name] = sum(values) / len(values)
+        if self.reply_marks:
+            # the dataset pipeline's rule (data_builder.policy_negatives): degenerate or generic replies, any mark
+            marks = self.reply_marks
+            out["degenerate_share"] = sum(1 for m in marks if is_degenerate(m)) / len(marks)
+            out["marked_share"] = sum(1 for m in marks if m is not None) / len(marks)
         if self.server_group_ms:
             # groups are judged concurrently, so a call lasts at least its slowest group; the rest of
             # reward_call_latency_s is transport, (de)serialisation and the client

@@ -2,9 +2,9 @@
 imports inside functions included, so that it cannot regress:
 
     cer  <-  judge  <-  reward_server, reward_trainer, data_builder
-    policy_trainer -> cer, the service's client and wire types (reward_server.client, reward_server.types), and the
-                      model store (judge.model_store) for the default policy weights and the training guard
-                      (judge.guards)
+    policy_trainer -> cer, the service's client and wire types (reward_server.client, reward_server.types), the
+                      model store (judge.model_store) for the default policy weights, the training guard
+                      (judge.guards) and the degenerate-reply rule (data_builder.policy_negatives)
 
 and that each shared rule (the CER tag regex and tag stripping, the step-3 strategy rule, strategy accuracy, the dtype
 rule, the cache keys) is defined in one module only (:data:`HOMES`): a copy elsewhere fails the test.
@@ -32,7 +32,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # negative as the contrast stage lists them
     "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
     "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards",
-                       "judge.profiles", "judge.settings"),
+                       "judge.profiles", "judge.settings", "data_builder.policy_negatives"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry
     # wrapper (on judge.generation)
     "evaluator": ("cer", "judge", "data_builder.llm"),

@@ -74,14 +74,18 @@ def test_ratios_are_large_over_small_and_absent_where_undefined() -> None:
     assert r["start_s"] == 3.0 and r["judgments_per_s"] == 0.25 and r["peak_rss_mb"] == 2.5
     assert r["parse_failure_share"] is None and r["first_answer_s"] is None  # 0 below, and missing
     assert set(r) == set(FIGURES)
-    rows = table_rows({"135m": small, "1.5b": large}, r)
+    rows = table_rows({"135m": small, "1.5b": large}, {"1.5b / 135m": r})
     assert ("engine start, s [1.5b / 135m]", 3.0, "ratio") in rows
     assert ("first answer (1 candidate, 4 rounds, cold), s [135m]", "n/a", "") in rows
     assert len(rows) == 3 * len(FIGURES)
+    three = table_rows({"135m": small, "1.5b": large, "1.5b-judge": large},
+                       {"1.5b / 135m": r, "1.5b-judge / 135m": r})
+    assert ("GRPO step (32 judgments), s [1.5b-judge / 135m]", "n/a", "ratio") in three
+    assert len(three) == 5 * len(FIGURES)
 
 
 def test_dtypes_per_judge() -> None:
-    assert parse_dtypes("1.5b=bfloat16") == {"135m": "float32", "1.5b": "bfloat16"}
+    assert parse_dtypes("1.5b=bfloat16") == {"135m": "float32", "1.5b": "bfloat16", "1.5b-judge": "float32"}
     with pytest.raises(ValueError, match="JUDGE=float32"):
         parse_dtypes("7b=bfloat16")
     with pytest.raises(ValueError):

@@ -245,3 +245,24 @@ def test_prm_orm_graded_total_sums_the_graded_components() -> None:
     reward = CompeerReward(RewardSettings(2, judge_mode=RewardJudgeMode.PRM_ORM, redundancy_mode=RedundancyMode.OFF),
                            lambda: FakeRewardClient(_graded_table()))
     assert _call(reward, ["sure", "unsure"], [[0], [0]], [HIST_A, HIST_A], ["r", "r"]) == pytest.approx([4.2, 2.6])
+
+
+def test_each_step_logs_the_share_of_degenerate_completions_by_the_pipelines_rule() -> None:
+    """The judge's own stage wording and a known generic template are degenerate; a real reply is not; a fragment
+    with no tags is read as its text (as the evaluator reads it)."""
+    hist = [{"role": "seeker", "text": "My sister stopped talking to me after the wedding and I miss her."}]
+    real = ("<analysis>The seeker misses her sister.</analysis><emotion>sadness</emotion><strategy>Question"
+            "</strategy><response>What happened between you two at the wedding?</response>")
+    stage = "I would place this in the comforting stage."
+    generic = ("<analysis>a</analysis><emotion>sadness</emotion><strategy>Affirmation</strategy>"
+               "<response>I understand how you feel. It must be hard.</response>")
+    table = {t: FakeScore(steps=[1.0, 1.0, 1.0], preference=1.0, format=1.0, s_in=0.0, s_hi=0.0)
+             for t in (real, stage, generic, real + " ")}
+    reward = CompeerReward(RewardSettings(num_generations=4, redundancy_mode=RedundancyMode.OFF),
+                           lambda: FakeRewardClient(table))
+    metrics: dict[str, list[float]] = {}
+    _call(reward, [real, stage, generic, real + " "], [[0]] * 4, [hist] * 4, ["r"] * 4, metrics)
+    marks = reward.last_stats.reply_marks  # type: ignore[union-attr]
+    assert marks[0] is None and marks[3] is None
+    assert marks[1] == "degenerate/stage_label" and marks[2] is not None and marks[2].startswith("generic/")
+    assert metrics["compeer/degenerate_share"] == [0.5] and metrics["compeer/marked_share"] == [0.5]

@@ -2,12 +2,13 @@
 # GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there; 64 MiB per call).
 # The staging folders are built here by tools/gpu/stage.sh.
 # Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
-#   install  carry .gpu-policy/c1: wheels + the first part of the xz'd default GGUF (SmolLM2-135M-Instruct Q4_1)
-#   stage    carry .gpu-policy/c2: GGUF parts 01 and 02 (part 03 travels with c3)
-#   bench    carry .gpu-policy/c3 + compeer: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
+#   install  carry .gpu-policy/c1: the wheels (and any staging folder: tools/gpu/vllm_judge.sh install takes them all)
+#   stage    carry .gpu-policy/cK (K = 2..6, one a call: GGUF parts 00..03 of the xz'd SmolLM2-135M-Instruct Q4_1,
+#            MiniLM): copied into /tmp/cp-stage
+#   bench    carry compeer_proto, after every staging folder: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
 #   prepare  (no carry; tools/gpu/vllm_judge.sh stage calls it) the preparation below alone
-#   run      carry .gpu-policy/c3 + compeer: prepare, then reward server (--backend $JUDGE_BACKEND: vllm, the GPU
+#   run      carry compeer_proto, after every staging folder: prepare, then reward server (--backend $JUDGE_BACKEND: vllm, the GPU
 #            default by the figures of docs/gpu.md, which needs tools/gpu/vllm_judge.sh install's /tmp/vsite first
 #            (the run stops and says so without it), with --rationale-bound $JUDGE_RATIONALE_BOUND (default counted);
 #            or JUDGE_BACKEND=transformers, the engine where vLLM is not installed; cuda; --static-cache
@@ -16,7 +17,7 @@
 #            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
 #            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all; TRAIN_ARGS:
 #            more policy_trainer options)
-#   generation  carry .gpu-policy/c3 + compeer, after tools/gpu/vllm_judge.sh install: as run, but two GRPO runs
+#   generation  carry compeer_proto, after every staging folder and tools/gpu/vllm_judge.sh install: as run, but two GRPO runs
 #            side by side against one judge server: the policy generating through transformers, then through TRL's
 #            colocated vLLM (same SFT warm-up, trained once and copied; STEPS each; POLICY_VLLM_MEMORY, default 0.25,
 #            the policy engine's share of the card; the judge is JUDGE_MODEL, here `default`: the shipped judge,
@@ -27,8 +28,9 @@ set -uo pipefail
 S=/tmp/cp-stage
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-take_parts() {  # the GGUF parts of whichever staging folders this call carries
-  local f; for f in .gpu-policy/*/gguf.part-*; do [ -f "$f" ] && cp "$f" "$S"/; done; return 0
+take_parts() {  # the GGUF parts and MiniLM of whichever staging folders this call carries
+  local f; for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/minilm-q8.tar.xz; do [ -f "$f" ] && cp "$f" "$S"/; done
+  return 0
 }
 prepare() {
   take_parts
@@ -49,7 +51,7 @@ m.save_pretrained("/tmp/smollm2")
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained("/tmp/smollm2")
 print("converted to /tmp/smollm2")
 PY
-  tar -xJf "$( [ -f "$S"/minilm-q8.tar.xz ] && echo "$S"/minilm-q8.tar.xz || echo .gpu-policy/c3/minilm-q8.tar.xz)" \
+  tar -xJf "$( [ -f "$S"/minilm-q8.tar.xz ] && echo "$S"/minilm-q8.tar.xz || echo .gpu-policy/c6/minilm-q8.tar.xz)" \
     -C "$S" || return 1
   python3 - <<'PY' || return 1
 import os, torch
@@ -80,7 +82,9 @@ or pass JUDGE_BACKEND=transformers explicitly" >&2; return 1; }
 
 budget_left() { echo $(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) )); }
 start_server() {  # the judge server in the background ($SERVER), ready or failed with its log's tail
-  [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; return 1; }
+  # the generated gRPC code: carried in the tree copy, or kept in /tmp/site by an earlier call (judge_qwen.sh finish)
+  python3 -c 'import compeer_proto.reward.v1.reward_pb2' 2>/dev/null \
+    || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; return 1; }
   need_vllm || return 1
   echo "judge engine: $JUDGE_BACKEND${JUDGE_RATIONALE_BOUND:+ (rationale bound $JUDGE_RATIONALE_BOUND)}"
   prepare || return 1
@@ -103,6 +107,14 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
   # fails fast, with the log's tail, when the server exits before it is ready
   python3 tools/gpu/wait_ready.py http://127.0.0.1:8000/readyz "$SERVER" "$OUT"/server.log 240 \
     || { kill "$SERVER" 2>/dev/null; return 1; }
+  # what it serves, and the README example scored by it (the good candidate first, three bad ones)
+  python3 -c 'import httpx, json
+info = httpx.get("http://127.0.0.1:8000/v1/info").json()
+r = httpx.post("http://127.0.0.1:8000/v1/score", json=json.load(open("examples/group.json")), timeout=300).json()
+json.dump({"info": info, "example": r}, open("'"$OUT"'/example.json", "w"), indent=1)
+print("example totals:", [(c.get("rewards") or {}).get("total") for c in r.get("candidates", [])],
+      "graded:", [(c.get("graded_rewards") or {}).get("total") for c in r.get("candidates", [])])' \
+    || echo "the README example could not be scored" >&2
 }
 stop_server() { kill -TERM "$SERVER"; wait "$SERVER"; }
 train() {  # train DIR BUDGET_S [more policy_trainer args]: the GRPO run of this evidence (warm-up included)

@@ -43,16 +43,21 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   for v in ${VARIANTS:-unified prm orm}; do train $v & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   pids=()
-  python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
-    --adapter reply=$R/unified ${EVAL_ITEMS:+--max-items "$EVAL_ITEMS"} "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
+  # PRM + ORM beside a unified judge: the one trained here, else the shipped one (same profile, rows and steps)
+  local unified=$R/unified; [ -d $unified ] || unified=judge/adapters/unifireward-qwen15-esconv
+  if [ -d $R/unified ]; then
+    python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
+      --adapter reply=$R/unified ${EVAL_ITEMS:+--max-items "$EVAL_ITEMS"} "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
+  fi
   if [ -d $R/prm ] && [ -d $R/orm ]; then
     python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-prm-orm --adapter $R/prm --adapter $R/orm \
-      --no-base "${EVAL[@]}" > $R/eval-prm-orm.log 2>&1 & pids+=($!)
+      --adapter unified=$unified --no-base ${EVAL_ITEMS:+--max-items "$EVAL_ITEMS"} "${EVAL[@]}" \
+      > $R/eval-prm-orm.log 2>&1 & pids+=($!)
   fi
   # the reward AUC per kind of negative: the trained judge and the bare base, discrete and graded totals
-  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --out $R/contrast-trained \
-    --adapter trained=$R/unified --no-base --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" \
-    > $R/contrast-trained.log 2>&1 & pids+=($!)
+  [ -d $R/unified ] && { python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl \
+    --out $R/contrast-trained --adapter trained=$R/unified --no-base --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" \
+    > $R/contrast-trained.log 2>&1 & pids+=($!); }
   [ "${CONTRAST_BASE:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl \
     --out $R/contrast-base --max-items "${CONTRAST_GROUPS:-585}" "${EVAL[@]}" > $R/contrast-base.log 2>&1 & pids+=($!); }
   local rc=0
@@ -82,6 +87,27 @@ PY
   done
 }
 
+finish() {  # issue 23's last figures, one card: (1) the serving benchmark alone on the card: one GRPO step of real
+  # ESConv groups judged by the 135M judge and by the trained 1.5B judge on vLLM, one after the other; then side by
+  # side (2) PRM + ORM judges trained (VARIANTS, STEPS) and evaluated beside the unified one, and (3) a GRPO run
+  # (GRPO_STEPS) of the 135M policy against `compeer-reward serve` with no judge flags (the GPU default judge), the
+  # loop's prompts and warm-up; the README example scored by that server first (device_evidence.sh run)
+  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+  python3 -m bench.judge_bases_cpu --device cuda --judges 135m,1.5b-judge --dtype 135m=bfloat16,1.5b-judge=bfloat16 \
+    --sets "${BENCH_SETS:-5}" --data $W/esconv/valid.json --note "$(nvidia-smi -L | head -n 1)" \
+    > $R/bench.log 2>&1; echo "bench exit $?" >> $R/bench.log
+  cp bench/results/judge_bases_cuda.json $R/ 2>/dev/null
+  pipeline > $R/pipeline-judges.log 2>&1 & local judges=$!
+  mkdir -p $R/grpo
+  OUT=$R/grpo JUDGE_MODEL=default STEPS=${GRPO_STEPS:-40} CALL_BUDGET_S=${GRPO_BUDGET_S:-1500} \
+    COMPEER_GPU_MEMORY_UTILIZATION=${JUDGE_GPU_MEMORY:-0.15} \
+    TRAIN_ARGS="--prompt-set /tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl" \
+    bash tools/gpu/device_evidence.sh run > $R/grpo/run.log 2>&1
+  local rc=$?
+  wait $judges || rc=1
+  return $rc
+}
+
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
 
 collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, metrics, the unified adapter in parts
@@ -89,7 +115,8 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   grep -hE "'loss'|train_runtime|resuming" $R/train-*.log > "$OUT"/train.txt 2>/dev/null
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
-      orm/compeer_judge.json data/counts.txt; do [ -e $R/$x ] && d+=("$x"); done
+      orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo; do
+    [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
   if [ -d $R/"${ADAPTER:-unified}"-bf16 ]; then  # one adapter a call: ADAPTER=prm / orm for the others
     tar -cf - -C $R "${ADAPTER:-unified}"-bf16 | split -b 15M -d - "$OUT"/"${ADAPTER:-unified}"-adapter.tar.part-
@@ -113,7 +140,7 @@ prepare() {  # the base converted once (bf16), the data built once
   tail -n 3 $R/build.log
 }
 
-case "${1:?prepare|probe|start|wait|pipeline|collect}" in
+case "${1:?prepare|probe|start|finish|wait|pipeline|collect}" in
 prepare)
   prepare || exit 1
   ;;
@@ -125,6 +152,20 @@ start)
   setsid nohup bash tools/gpu/judge_qwen.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
   sleep 5
   wait_pipeline
+  ;;
+finish)  # prepare, then finish() in the background; waits like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto)
+  prepare || exit 1
+  # the generated gRPC code (carry compeer_proto) kept where the background run finds it whatever later calls carry
+  [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
+  [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf .gpu-loop/loop-data.tar.xz \
+    -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
+  setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh finish-run; then r=ok; else r=FAILED; fi
+    echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/finish.log 2>&1 < /dev/null &
+  sleep 5
+  wait_pipeline
+  ;;
+finish-run)
+  finish
   ;;
 pipeline)
   T0=$(date +%s)

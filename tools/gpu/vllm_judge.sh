@@ -2,10 +2,10 @@
 # The judge on vLLM on a lent GPU machine (issue 16): install vLLM 0.26.0, prepare the default judge, benchmark both
 # engines in one run on one card (bench/judge_engines_gpu.py), serve a ScoreBatch on vLLM. No registry, no hub there;
 # 64 MiB per call with the tree (~13 MB). Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels, GGUF part 00), c2 (parts 01, 02), c3 (MiniLM, part 03)
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), c2..c5 (GGUF parts 00..03), c6 (MiniLM)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
-#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/cK or .gpu-qwen/qNN from
+#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1..c6 or .gpu-qwen/qNN from
 #            tools/gpu/stage_qwen.sh): copies or installs what it carries; the qwen parts are joined once all are there;
 #            once every vLLM part is there: joins them, checks the tar and every wheel (tools/gpu/vllm-manifest.txt)
 #            and installs them into /tmp/vsite (pip --no-index --no-deps --target); prints what is still missing
@@ -91,22 +91,21 @@ install)
       for f in "$d"/vllm.part-*; do [ -f $V/"$(basename "$f")" ] || { cp "$f" "$d"/parts.txt $V/ && echo "copied $f"; }; done
     done
   fi
-  [ -d .gpu-policy/c1 ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
-  [ -d .gpu-policy/c2 ] && [ ! -f "$S"/.c2 ] && { bash tools/gpu/device_evidence.sh stage > /dev/null && touch "$S"/.c2 \
-    || exit 1; echo "copied .gpu-policy/c2"; }
-  [ -d .gpu-policy/c3 ] && [ ! -f "$S"/minilm-q8.tar.xz ] && {
-    cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1; echo "copied .gpu-policy/c3"; }
+  [ -d .gpu-policy/c1/whl ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
+  for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/minilm-q8.tar.xz; do  # tools/gpu/stage.sh's c2 .. c6
+    [ -f "$f" ] && [ ! -f "$S/$(basename "$f")" ] && { cp "$f" "$S"/ || exit 1; echo "copied $f"; }
+  done
   install_vllm || exit 1
   take_gguf_parts || exit 1
-  [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels, GGUF part 00)"
-  [ -f "$S"/.c2 ] || echo "still missing: .gpu-policy/c2 (GGUF parts 01 and 02)"
-  [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c3 (MiniLM, GGUF part 03)"
+  [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels)"
+  for i in 0 1 2 3; do [ -f "$S"/gguf.part-0$i ] || echo "still missing: .gpu-policy/c$((i + 2)) (GGUF part 0$i)"; done
+  [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c6 (MiniLM)"
   true
   ;;
 stage)
   [ -f /tmp/vsite/.compeer-vllm ] || { echo "vLLM is not installed yet (install with every .gpu-vllm part)" >&2; exit 1; }
   if [ ! -f "$S/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
-    ls "$S"/gguf.part-0{0,1,2,3} > /dev/null || { echo "a GGUF part is missing: install .gpu-policy/c1..c3" >&2; exit 1; }
+    ls "$S"/gguf.part-0{0,1,2,3} > /dev/null || { echo "a GGUF part is missing: install .gpu-policy/c2..c5" >&2; exit 1; }
     cat "$S"/gguf.part-* | xz -d > "$S/SmolLM2-135M-Instruct.Q4_1.gguf" || exit 1
   fi
   echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
