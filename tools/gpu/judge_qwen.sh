@@ -14,6 +14,9 @@
 #           and waits like `wait`
 #   wait    (no carry) waits up to CALL_BUDGET_S (default 560) for the pipeline; copies what is finished to $OUT
 #   probe   (no carry, after start's prepare or with .gpu-judge) a few steps side by side with logging every step
+#   finish  carry .gpu-judge .gpu-loop compeer_proto, after tools/gpu/vllm_judge.sh stage: the serving benchmark
+#           alone on the card (BENCH=0 skips it), then the judges' pipeline (TRAIN_JUDGES=0 skips it; e.g.
+#           VARIANTS='prm orm' STEPS=200) beside a GRPO run of GRPO_STEPS against the served default judge; `wait`
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -93,18 +96,21 @@ finish() {  # issue 23's last figures, one card: (1) the serving benchmark alone
   # (GRPO_STEPS) of the 135M policy against `compeer-reward serve` with no judge flags (the GPU default judge), the
   # loop's prompts and warm-up; the README example scored by that server first (device_evidence.sh run)
   export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
-  python3 -m bench.judge_bases_cpu --device cuda --judges 135m,1.5b-judge --dtype 135m=bfloat16,1.5b-judge=bfloat16 \
+  [ "${BENCH:-1}" = 1 ] && python3 -m bench.judge_bases_cpu --device cuda --judges 135m,1.5b-judge --dtype 135m=bfloat16,1.5b-judge=bfloat16 \
     --sets "${BENCH_SETS:-5}" --data $W/esconv/valid.json --note "$(nvidia-smi -L | head -n 1)" \
-    > $R/bench.log 2>&1; echo "bench exit $?" >> $R/bench.log
+    > $R/bench.log 2>&1 && echo "bench ok" >> $R/bench.log  # BENCH=0: skipped
   cp bench/results/judge_bases_cuda.json $R/ 2>/dev/null
-  pipeline > $R/pipeline-judges.log 2>&1 & local judges=$!
+  local judges=""  # TRAIN_JUDGES=0: the serving benchmark and the GRPO run alone
+  [ "${TRAIN_JUDGES:-1}" = 1 ] && { pipeline > $R/pipeline-judges.log 2>&1 & judges=$!; }
   mkdir -p $R/grpo
+  # a fixed KV cache for the judge server: with the judges training beside it, vLLM's memory profiling counts their
+  # growth against its --gpu-memory-utilization share and refuses to start ("Available KV cache memory: -17 GiB")
   OUT=$R/grpo JUDGE_MODEL=default STEPS=${GRPO_STEPS:-40} CALL_BUDGET_S=${GRPO_BUDGET_S:-1500} \
-    COMPEER_GPU_MEMORY_UTILIZATION=${JUDGE_GPU_MEMORY:-0.15} \
+    COMPEER_KV_CACHE_GIB=${JUDGE_KV_CACHE_GIB:-8} \
     TRAIN_ARGS="--prompt-set /tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl" \
     bash tools/gpu/device_evidence.sh run > $R/grpo/run.log 2>&1
   local rc=$?
-  wait $judges || rc=1
+  [ -z "$judges" ] || wait $judges || rc=1
   return $rc
 }
 
