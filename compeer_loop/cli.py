@@ -39,7 +39,10 @@ def make_parser() -> argparse.ArgumentParser:
     pr.add_argument("--valid", type=Path, required=True)
     pr.add_argument("--out", type=Path, required=True)
     pr.add_argument("--train-rounds", type=int, default=3, help="rounds sampled per train dialogue (Eq.1)")
-    pr.add_argument("--max-eval", type=int, default=200, help="evaluation prompts (one per valid dialogue)")
+    pr.add_argument("--eval-rounds", type=int, default=3,
+                    help="rounds sampled per valid dialogue for evaluation (Eq.1; 3 gives 585 of ESConv valid's 195)")
+    pr.add_argument("--max-eval", type=int, default=None,
+                    help="at most this many evaluation prompts, sampled (default: all of them)")
     pr.add_argument("--seed", type=int, default=0)
     pl = sub.add_parser("plan", help="write ROOT/plan.json (the settings every later command reads)")
     pl.add_argument("--root", type=Path, required=True)
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             from compeer_loop.prompts import build_prompt_sets
 
             manifest = build_prompt_sets(args.train, args.valid, args.out, train_rounds=args.train_rounds,
-                                         max_eval=args.max_eval, seed=args.seed)
+                                         eval_rounds=args.eval_rounds, max_eval=args.max_eval, seed=args.seed)
             print(json.dumps(manifest["counts"]))
             return 0
         if args.command == "plan":

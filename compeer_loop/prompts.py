@@ -8,7 +8,8 @@
 - ``warmup.jsonl``: SFT warm-up rows of the same train rounds, ``history`` and ``target``: a CER output whose three
   steps state the round's gold facts (problem and situation, annotated emotion, annotated strategy; the silver
   stage's :func:`data_builder.silver.true_facts` and phrasings) and whose response is the real supporter turn;
-- ``eval.jsonl``: one sampled round per valid dialogue (``id``, ``dialogue_id``, ``history``, ``reference``,
+- ``eval.jsonl``: ``eval_rounds`` sampled rounds per valid dialogue (default 3: 585 supporter turns of ESConv valid's
+  195 dialogues, rather than one a dialogue; ``id``, ``dialogue_id``, ``history``, ``reference``,
   ``strategy``: the annotated strategy of the real turn, normalised to the taxonomy);
 - ``cards.json``: ESC-Eval role cards of the valid dialogues (:func:`evaluator.inputs.cards_from_esconv`, file
   order), for the ESC-Eval-style evaluation of every policy;
@@ -92,8 +93,8 @@ def eval_rows(rounds: list[Record]) -> list[dict[str, Any]]:
     return rows
 
 
-def build_prompt_sets(train_json: Path, valid_json: Path, out: Path, *, train_rounds: int = 3, eval_rounds: int = 1,
-                      max_eval: int | None = 200, seed: int = 0) -> dict[str, Any]:
+def build_prompt_sets(train_json: Path, valid_json: Path, out: Path, *, train_rounds: int = 3, eval_rounds: int = 3,
+                      max_eval: int | None = None, seed: int = 0) -> dict[str, Any]:
     """Write the three sets and the manifest to ``out``; returns the manifest."""
     out.mkdir(parents=True, exist_ok=True)
     train_rounds_l, n_train = _rounds(train_json, train_rounds, seed)

@@ -67,6 +67,13 @@ class CompeerGRPOConfig(GRPOConfig):
                           "naming this setting. discrete: the paper's +1/-1 per verdict. Redundancy reweighting "
                           "applies to either; both are logged (compeer/graded_*, compeer/step_reward_mean, ...)."},
     )
+    log_completions_file: bool = field(
+        default=False,
+        metadata={"help": "Write every completion of every reward call to OUTPUT_DIR/completions.jsonl: its text, the "
+                          "dialogue id, the degenerate-reply rule's mark, the reward it trained on and the judged "
+                          "totals (the data for an adversarial round of judge training). Holds dialogue text, so "
+                          "opt-in; never written to the logs."},
+    )
     reward_timeout_s: float = field(
         default=120.0,
         metadata={"help": "Deadline of one reward call (one ScoreBatch per generation batch), client retries "

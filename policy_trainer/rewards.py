@@ -16,11 +16,13 @@ Only counts and statistics are logged; dialogue text never leaves DEBUG.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from cer.dialogue import Turn
@@ -61,6 +63,10 @@ ClientFactory = Callable[[], ScoringClient]
 MetricLogger = Callable[[str, float], None]
 
 
+#: the file ``log_completions_file`` writes in the output folder
+COMPLETIONS_FILE = "completions.jsonl"
+
+
 class GroupingError(ValueError):
     """The batch is not made of whole rollout groups of one prompt each."""
 
@@ -79,13 +85,17 @@ class RewardSettings:
     timeout_s: float = 120.0
     #: seconds granted beyond the client's own deadline before a call is abandoned (a guard, not the deadline)
     guard_s: float = 5.0
+    #: where every completion is appended with its reward and mark (``log_completions_file``); None: not written
+    completions_path: Path | None = None
 
     @classmethod
     def from_config(cls, cfg: CompeerGRPOConfig) -> RewardSettings:
         return cls(num_generations=cfg.num_generations or 1, judge_mode=RewardJudgeMode(cfg.judge_mode),
                    redundancy_mode=RedundancyMode(cfg.redundancy_mode), alpha=cfg.redundancy_alpha,
                    beta=cfg.redundancy_beta, length_unit=LengthUnit(cfg.length_unit),
-                   reward_kind=RewardKind(cfg.reward_kind), timeout_s=cfg.reward_timeout_s)
+                   reward_kind=RewardKind(cfg.reward_kind), timeout_s=cfg.reward_timeout_s,
+                   completions_path=(Path(cfg.output_dir or ".") / COMPLETIONS_FILE if cfg.log_completions_file
+                                     else None))
 
 
 def completion_text(completion: Any) -> str:
@@ -152,6 +162,7 @@ class CompeerReward:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.last_stats: RewardBatchStats | None = None
         self.total_call_failures = 0
+        self.calls = 0  # reward calls made (one per generation batch)
 
     # ---- client lifecycle ------------------------------------------------------------------------------------
     def _client_for_loop(self) -> ScoringClient:
@@ -170,7 +181,7 @@ class CompeerReward:
     # ---- the call TRL makes -----------------------------------------------------------------------------------
     async def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
                        *, history: list[Any] | None = None, reference: list[Any] | None = None,
-                       log_metric: MetricLogger | None = None, **_: Any) -> list[float | None]:
+                       log_metric: MetricLogger | None = None, **columns: Any) -> list[float | None]:
         t0 = time.perf_counter()
         n = len(completions)
         if history is None:
@@ -189,6 +200,10 @@ class CompeerReward:
             rewards[g.start:g.stop] = self._reweight_group(group_scores, [lengths[i] for i in g], stats)
         stats.total_s = time.perf_counter() - t0
         self.last_stats = stats
+        self.calls += 1
+        if self.settings.completions_path is not None:
+            self._write_completions(texts, rewards, [s for g in scores for s in g], stats.reply_marks,
+                                    columns.get("dialogue_id"))
         self.total_call_failures += stats.call_failures
         if log_metric is not None:
             for name, value in stats.metrics().items():
@@ -216,6 +231,20 @@ class CompeerReward:
         return compeer
 
     # ---- helpers ------------------------------------------------------------------------------------------------
+    def _write_completions(self, texts: list[str], rewards: list[float | None], scores: list[ItemScore],
+                           marks: list[str | None], dialogue_ids: Sequence[Any] | None) -> None:
+        """Append this call's completions to ``completions_path`` (one JSON line each)."""
+        path = self.settings.completions_path
+        assert path is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            for i, (text, reward, score, mark) in enumerate(zip(texts, rewards, scores, marks)):
+                fh.write(json.dumps({
+                    "call": self.calls, "index": i, "group": i // self.settings.num_generations,
+                    "dialogue_id": None if dialogue_ids is None else str(dialogue_ids[i]), "text": text,
+                    "mark": mark, "reward": reward, "total": score.total, "graded_total": score.graded_total,
+                    "status": score.status.value if score.status is not None else None}, ensure_ascii=False) + "\n")
+
     def _lengths(self, texts: list[str], completion_ids: list[list[int]] | None) -> list[float]:
         if self.settings.length_unit is LengthUnit.TOKENS:
             if completion_ids is None:

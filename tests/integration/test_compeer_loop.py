@@ -34,8 +34,14 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
     (tmp_path / "train.json").write_text(json.dumps(dialogues[:3]))
     (tmp_path / "valid.json").write_text(json.dumps(dialogues[3:]))
     data, root = tmp_path / "data", tmp_path / "loop"
+    # the default: several rounds of each valid dialogue (issue 26: >= 500 valid turns on ESConv's 195 dialogues)
     assert cli.main(["prompts", "--train", str(tmp_path / "train.json"), "--valid", str(tmp_path / "valid.json"),
-                     "--out", str(data)]) == 0
+                     "--out", str(tmp_path / "data3")]) == 0
+    rows3 = list(read_jsonl(tmp_path / "data3" / "eval.jsonl"))
+    assert len(rows3) > 2 and len({r["id"] for r in rows3}) == len(rows3)
+    assert len({r["dialogue_id"] for r in rows3}) == 2  # both valid dialogues, several rounds each
+    assert cli.main(["prompts", "--train", str(tmp_path / "train.json"), "--valid", str(tmp_path / "valid.json"),
+                     "--out", str(data), "--eval-rounds", "1"]) == 0
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["counts"]["eval"] == 2  # one round per valid dialogue
     assert {r["dialogue_id"] for r in read_jsonl(data / "eval.jsonl")}.isdisjoint(

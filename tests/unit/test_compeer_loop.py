@@ -92,6 +92,28 @@ def test_goals_are_stated_from_the_figures() -> None:
     assert all("not measured" in line for line in goals(figs)[:5])
 
 
+def test_paired_intervals_decide_the_goals_and_issue_26s_goals_are_checked() -> None:
+    """Overlapping per-arm intervals but a paired interval above 0: met (the paired test is the sharper one, and it
+    decides); a paired interval holding 0: missed, whatever the per-arm intervals say."""
+    figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "independent_rating": _fig(*v),
+                            "strategy_kappa": _fig(k, k, k), "degenerate": _fig(dg, dg, dg)}}
+            for p, v, k, dg in (("a", (10, 5, 15), 0.05, 1.0), ("b", (11, 6, 16), 0.0, 0.5),
+                                ("c", (12, 7, 17), 0.2, 3.5))}
+    paired = {"c-a:strategy_correct": {"n": 585, "diff": 2.0, "lo": 0.5, "hi": 3.5, "p": 0.01},
+              "c-b:reward_total": {"n": 585, "diff": 1.0, "lo": -0.2, "hi": 2.2, "p": 0.2},
+              "c-a:independent_rating": {"n": 585, "diff": 0.3, "lo": 0.1, "hi": 0.5, "p": 0.001}}
+    out = goals(figs, paired)
+    assert out[0].startswith("(c) beats (a) on strategy accuracy: met: (c) - (a) = 2.00, paired 95% interval")
+    assert "intervals overlap" in goals(figs)[0]  # without the paired figures: the old, blunter rule
+    assert out[3].startswith("(c) beats (b) on the trained judge's reward: missed") and "-0.20, 2.20" in out[3]
+    assert "no paired figure" in out[1]  # no paired c-b strategy figure: the per-arm intervals, said so
+    by_name = {line.split(":")[0]: line for line in out}
+    assert by_name["(c) beats (a) on the independent scorer"].endswith("excludes 0")
+    assert "missed" in by_name["(c) beats (b) on the independent scorer"]
+    assert "met (0.200 vs (a) 0.050)" in by_name["strategy kappa of (c) >= 0.15 and above (a)'s"]
+    assert "missed (highest: (c) 3.5%)" in by_name["degenerate replies < 2% in every arm"]
+
+
 def test_the_conclusion_counts_what_was_measured(tmp_path: Path) -> None:
     s = LoopSettings(prompts=str(tmp_path), arms=["a"])
     partial = goals({"a": {"figures": {"strategy_accuracy": _fig(10, 8, 12)}}})
@@ -101,8 +123,9 @@ def test_the_conclusion_counts_what_was_measured(tmp_path: Path) -> None:
     figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "distinct_2": _fig(*v)}}
             for p, v in {"a": (10, 8, 12), "b": (20, 15, 25), "c": (30, 28, 32), "d": (30, 20, 40),
                          "e": (25, 24, 26), "f": (1, 0, 2)}.items()}
-    full = goals(figs)
-    assert "checks are met." in conclusion(full, tmp_path, s)
+    full = conclusion(goals(figs), tmp_path, s)
+    assert "11 of 16 checks are met (12 measured)." in full
+    assert "Not measured in this run: (c) beats (a) on the independent scorer" in full
 
 
 class _Recording:

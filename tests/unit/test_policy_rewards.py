@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import grpc
@@ -266,3 +267,31 @@ def test_each_step_logs_the_share_of_degenerate_completions_by_the_pipelines_rul
     assert marks[0] is None and marks[3] is None
     assert marks[1] == "degenerate/stage_label" and marks[2] is not None and marks[2].startswith("generic/")
     assert metrics["compeer/degenerate_share"] == [0.5] and metrics["compeer/marked_share"] == [0.5]
+
+
+def test_log_completions_file_writes_each_completion_with_its_reward_and_mark(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "run" / "completions.jsonl"
+    reward = CompeerReward(RewardSettings(num_generations=2, completions_path=path), lambda: FakeRewardClient(
+        _two_groups_table()))
+    prompts = [[{"role": "user", "content": "x"}]] * 4
+    convo = [[{"role": "assistant", "content": c}] for c in ("a1", "a2", "b1", "b2")]
+    for _ in range(2):
+        asyncio.run(reward(prompts=prompts, completions=convo, completion_ids=[[0] * 4, [0] * 6, [0] * 5, [0] * 5],
+                           history=[HIST_A, HIST_A, HIST_B, HIST_B], reference=["A", "A", "B", "B"],
+                           dialogue_id=["d1", "d1", "d2", "d2"], log_metric=None, trainer_state=None))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["call"], r["index"], r["group"], r["dialogue_id"], r["text"]) for r in rows[:4]] == [
+        (1, 0, 0, "d1", "a1"), (1, 1, 0, "d1", "a2"), (1, 2, 1, "d2", "b1"), (1, 3, 1, "d2", "b2")]
+    assert rows[4]["call"] == 2 and len(rows) == 8
+    assert rows[0]["reward"] == pytest.approx(2.1818181818) and rows[0]["total"] == 3.0
+    assert rows[2]["reward"] is None and rows[2]["status"] == "parse_failed"  # unscored: no made-up reward
+    assert all("mark" in r for r in rows)
+
+
+def test_completions_are_not_written_unless_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from policy_trainer.config import CompeerGRPOConfig
+
+    cfg = CompeerGRPOConfig(output_dir=str(tmp_path), policy_model="x", reward_server=["localhost:1"])
+    assert RewardSettings.from_config(cfg).completions_path is None
+    cfg.log_completions_file = True
+    assert RewardSettings.from_config(cfg).completions_path == tmp_path / "completions.jsonl"

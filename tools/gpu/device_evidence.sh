@@ -129,6 +129,7 @@ train() {  # train DIR BUDGET_S [more policy_trainer args]: the GRPO run of this
 collect() {  # collect DIR SUFFIX: metrics, summary and plots to $OUT
   cp "$1"/metrics.jsonl "$OUT"/metrics$2.jsonl 2>/dev/null
   cp "$1"/summary.json "$OUT"/summary$2.json 2>/dev/null
+  [ -f "$1"/completions.jsonl ] && xz -c "$1"/completions.jsonl > "$OUT"/completions$2.jsonl.xz
   tar -cf "$OUT"/plots$2.tar -C "$1" plots 2>/dev/null
   return 0
 }

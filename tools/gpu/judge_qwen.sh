@@ -107,7 +107,8 @@ finish() {  # issue 23's last figures, one card: (1) the serving benchmark alone
   # growth against its --gpu-memory-utilization share and refuses to start ("Available KV cache memory: -17 GiB")
   OUT=$R/grpo JUDGE_MODEL=default STEPS=${GRPO_STEPS:-40} CALL_BUDGET_S=${GRPO_BUDGET_S:-1500} \
     COMPEER_KV_CACHE_GIB=${JUDGE_KV_CACHE_GIB:-8} \
-    TRAIN_ARGS="--prompt-set /tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl" \
+    TRAIN_ARGS="--prompt-set /tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl
+      --set log_completions_file=true" \
     bash tools/gpu/device_evidence.sh run > $R/grpo/run.log 2>&1
   local rc=$?
   [ -z "$judges" ] || wait $judges || rc=1
