@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -94,8 +95,17 @@ class RewardSettings:
                    redundancy_mode=RedundancyMode(cfg.redundancy_mode), alpha=cfg.redundancy_alpha,
                    beta=cfg.redundancy_beta, length_unit=LengthUnit(cfg.length_unit),
                    reward_kind=RewardKind(cfg.reward_kind), timeout_s=cfg.reward_timeout_s,
-                   completions_path=(Path(cfg.output_dir or ".") / COMPLETIONS_FILE if cfg.log_completions_file
-                                     else None))
+                   completions_path=completions_path(cfg))
+
+
+def completions_path(cfg: CompeerGRPOConfig) -> Path | None:
+    """``OUTPUT_DIR/completions.jsonl`` when ``log_completions_file`` is on (``completions.rankR.jsonl`` for a process
+    of rank R > 0 of a distributed run, so processes never write one file), else None."""
+    if not cfg.log_completions_file:
+        return None
+    rank = int(os.environ.get("RANK", "0") or 0)
+    name = COMPLETIONS_FILE if rank == 0 else COMPLETIONS_FILE.replace(".jsonl", f".rank{rank}.jsonl")
+    return Path(cfg.output_dir or ".") / name
 
 
 def completion_text(completion: Any) -> str:

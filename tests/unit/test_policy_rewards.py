@@ -288,10 +288,12 @@ def test_log_completions_file_writes_each_completion_with_its_reward_and_mark(tm
     assert all("mark" in r for r in rows)
 
 
-def test_completions_are_not_written_unless_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_completions_are_not_written_unless_asked(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from policy_trainer.config import CompeerGRPOConfig
 
     cfg = CompeerGRPOConfig(output_dir=str(tmp_path), policy_model="x", reward_server=["localhost:1"])
     assert RewardSettings.from_config(cfg).completions_path is None
     cfg.log_completions_file = True
     assert RewardSettings.from_config(cfg).completions_path == tmp_path / "completions.jsonl"
+    monkeypatch.setenv("RANK", "3")  # one file a process in a distributed run
+    assert RewardSettings.from_config(cfg).completions_path == tmp_path / "completions.rank3.jsonl"
