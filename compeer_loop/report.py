@@ -17,7 +17,9 @@ from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.replies import CONSTANT_REPLY
 from compeer_loop.report_checks import (
+    beats,
     constant_row,
+    figure_of,
     independent_section,
     judge_verified,
     paired_section,
@@ -26,7 +28,7 @@ from compeer_loop.report_checks import (
 )
 from compeer_loop.report_runs import gpu_section, judges_and_machines, trained_against, write_curves
 from compeer_loop.runner import STATE_FILE, load_settings
-from compeer_loop.stats import add_item_figures, disjoint, judge_follows, summarise
+from compeer_loop.stats import add_item_figures, judge_follows, summarise
 from evaluator.esc_eval import flat_note
 
 COLUMNS = (("strategy_accuracy", "strategy acc. %"), ("bleu_2", "BLEU-2"), ("rouge_l", "ROUGE-L"),
@@ -107,77 +109,44 @@ def published_table() -> str:
     return "\n".join(rows)
 
 
-def _fig(figs: dict[str, dict[str, Any]], policy: str, key: str) -> dict[str, Any] | None:
-    f = figs.get(policy, {}).get("figures", {}).get(key)
-    return f if f and f.get("value") is not None else None
-
-
-#: a figure of the arms table -> its per-prompt score in the paired comparisons (``report_checks.paired_section``)
-PAIRED_OF = {"strategy_accuracy": "strategy_correct", "reward_total": "reward_total",
-             "independent_rating": "independent_rating"}
-
-
-def _beats(figs: dict[str, dict[str, Any]], a: str, b: str, key: str,
-           paired: dict[str, dict[str, Any]] | None = None) -> str:
-    """Whether ``a`` beats ``b`` on ``key``: by the paired 95% interval of ``a - b`` over the prompts both answered
-    (seeds pooled) when the paired comparisons have it, else by non-overlapping per-arm intervals (said so)."""
-    d = (paired or {}).get(f"{a}-{b}:{PAIRED_OF.get(key, key)}")
-    if d is not None and d.get("lo") is not None:
-        where = f"paired 95% interval [{d['lo']:.2f}, {d['hi']:.2f}], {d['n']} pairs, permutation p {d['p']:.4f}"
-        if d["lo"] > 0:
-            return f"met: ({a}) - ({b}) = {d['diff']:.2f}, {where}: excludes 0"
-        return f"missed: ({a}) - ({b}) = {d['diff']:.2f}, {where}: does not exclude 0 from below"
-    fa, fb = _fig(figs, a, key), _fig(figs, b, key)
-    if fa is None or fb is None:
-        return f"not measured (no {key} for ({a if fa is None else b}))"
-    diff = fa["value"] - fb["value"]
-    sep = disjoint(fa, fb)
-    if sep:
-        return f"met: ({a}) {fa['value']:.2f} vs ({b}) {fb['value']:.2f}, intervals do not overlap (no paired figure)"
-    if diff > 0:
-        return (f"missed: ({a}) is higher by {diff:.2f} but the 95% intervals overlap "
-                f"([{fa['lo']:.2f}, {fa['hi']:.2f}] vs [{fb['lo']:.2f}, {fb['hi']:.2f}]; no paired figure)")
-    return f"missed: ({a}) {fa['value']:.2f} is not above ({b}) {fb['value']:.2f} (by {-diff:.2f})"
-
-
 def goals(figs: dict[str, dict[str, Any]], paired: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The issue's goals, each stated as met or missed from the figures; ``paired``: the paired comparisons
     (``report_checks.paired_section``'s ``pairs``), which decide a "beats" goal wherever they have it."""
-    out = [f"(c) beats (a) on strategy accuracy: {_beats(figs, 'c', 'a', 'strategy_accuracy', paired)}",
-           f"(c) beats (b) on strategy accuracy: {_beats(figs, 'c', 'b', 'strategy_accuracy', paired)}",
-           f"(c) beats (a) on the trained judge's reward: {_beats(figs, 'c', 'a', 'reward_total', paired)}",
-           f"(c) beats (b) on the trained judge's reward: {_beats(figs, 'c', 'b', 'reward_total', paired)}"]
-    c2, a2 = _fig(figs, "c", "distinct_2"), _fig(figs, "a", "distinct_2")
+    out = [f"(c) beats (a) on strategy accuracy: {beats(figs, 'c', 'a', 'strategy_accuracy', paired)}",
+           f"(c) beats (b) on strategy accuracy: {beats(figs, 'c', 'b', 'strategy_accuracy', paired)}",
+           f"(c) beats (a) on the trained judge's reward: {beats(figs, 'c', 'a', 'reward_total', paired)}",
+           f"(c) beats (b) on the trained judge's reward: {beats(figs, 'c', 'b', 'reward_total', paired)}"]
+    c2, a2 = figure_of(figs, "c", "distinct_2"), figure_of(figs, "a", "distinct_2")
     if c2 and a2:
         verdict = "met" if c2["value"] >= a2["value"] else f"missed by {a2['value'] - c2['value']:.2f}"
         out.append(f"distinct-2 of (c) not below (a)'s: {verdict} ({c2['value']:.2f} vs {a2['value']:.2f})")
     else:
         out.append("distinct-2 of (c) not below (a)'s: not measured")
     for arm in ("d", "e"):  # the other trained-judge arms against the warm-up they started from
-        out.append(f"({arm}) beats (a) on strategy accuracy: {_beats(figs, arm, 'a', 'strategy_accuracy', paired)}")
+        out.append(f"({arm}) beats (a) on strategy accuracy: {beats(figs, arm, 'a', 'strategy_accuracy', paired)}")
         out.append(f"({arm}) beats (a) on the trained judge's reward: "
-                   f"{_beats(figs, arm, 'a', 'reward_total', paired)}")
+                   f"{beats(figs, arm, 'a', 'reward_total', paired)}")
     for arm in ("c", "d"):
         out.append(f"reweighting ({arm}) raises distinct-2 over no reweighting (e): "
-                   f"{_beats(figs, arm, 'e', 'distinct_2')}")
+                   f"{beats(figs, arm, 'e', 'distinct_2')}")
     if "f" in figs:
         out.append(f"unified (c) vs PRM + ORM (f), trained judge's reward: "
-                   f"{_beats(figs, 'c', 'f', 'reward_total', paired)}; "
-                   f"strategy accuracy: {_beats(figs, 'c', 'f', 'strategy_accuracy', paired)}")
+                   f"{beats(figs, 'c', 'f', 'reward_total', paired)}; "
+                   f"strategy accuracy: {beats(figs, 'c', 'f', 'strategy_accuracy', paired)}")
     else:
         out.append("unified (c) vs PRM + ORM (f): (f) was not evaluated (see the run status below)")
     # issue 26's goals: the independent scorer, strategy kappa, degenerate replies (seeds pooled)
     for other in ("a", "b"):
         out.append(f"(c) beats ({other}) on the independent scorer: "
-                   f"{_beats(figs, 'c', other, 'independent_rating', paired)}")
-    kc, ka = _fig(figs, "c", "strategy_kappa"), _fig(figs, "a", "strategy_kappa")
+                   f"{beats(figs, 'c', other, 'independent_rating', paired)}")
+    kc, ka = figure_of(figs, "c", "strategy_kappa"), figure_of(figs, "a", "strategy_kappa")
     if kc is None or ka is None:
         out.append("strategy kappa of (c) >= 0.15 and above (a)'s: not measured")
     else:
         ok = kc["value"] >= 0.15 and kc["value"] > ka["value"]
         out.append(f"strategy kappa of (c) >= 0.15 and above (a)'s: {'met' if ok else 'missed'} "
                    f"({kc['value']:.3f} vs (a) {ka['value']:.3f})")
-    deg = {p: f["value"] for p in sorted(figs) if (f := _fig(figs, p, "degenerate")) is not None}
+    deg = {p: f["value"] for p in sorted(figs) if (f := figure_of(figs, p, "degenerate")) is not None}
     if deg:
         worst = max(deg, key=deg.__getitem__)
         out.append(f"degenerate replies < 2% in every arm: {'met' if deg[worst] < 2.0 else 'missed'} (highest: "

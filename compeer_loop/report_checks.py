@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compeer_loop.replies import CONSTANT_REPLY, mark_counts, top_reply_share
-from compeer_loop.stats import PER_PROMPT, paired_difference, per_prompt, seed_spread
+from compeer_loop.stats import PER_PROMPT, disjoint, paired_difference, per_prompt, seed_spread
 from evaluator.metrics import bleu2, distinct_n, rouge_l
 
 Figures = dict[str, dict[str, Any]]
@@ -124,3 +124,36 @@ def judge_verified(root: Path, arms: list[str], grpo: dict[str, bool]) -> dict[s
     from compeer_loop.controls import JUDGE_FILE
 
     return {a: (root / a / JUDGE_FILE).exists() for a in arms if grpo.get(a)}
+
+
+def figure_of(figs: dict[str, dict[str, Any]], policy: str, key: str) -> dict[str, Any] | None:
+    f = figs.get(policy, {}).get("figures", {}).get(key)
+    return f if f and f.get("value") is not None else None
+
+
+#: a figure of the arms table -> its per-prompt score in the paired comparisons (``report_checks.paired_section``)
+PAIRED_OF = {"strategy_accuracy": "strategy_correct", "reward_total": "reward_total",
+             "independent_rating": "independent_rating"}
+
+
+def beats(figs: dict[str, dict[str, Any]], a: str, b: str, key: str,
+           paired: dict[str, dict[str, Any]] | None = None) -> str:
+    """Whether ``a`` beats ``b`` on ``key``: by the paired 95% interval of ``a - b`` over the prompts both answered
+    (seeds pooled) when the paired comparisons have it, else by non-overlapping per-arm intervals (said so)."""
+    d = (paired or {}).get(f"{a}-{b}:{PAIRED_OF.get(key, key)}")
+    if d is not None and d.get("lo") is not None:
+        where = f"paired 95% interval [{d['lo']:.2f}, {d['hi']:.2f}], {d['n']} pairs, permutation p {d['p']:.4f}"
+        if d["lo"] > 0:
+            return f"met: ({a}) - ({b}) = {d['diff']:.2f}, {where}: excludes 0"
+        return f"missed: ({a}) - ({b}) = {d['diff']:.2f}, {where}: does not exclude 0 from below"
+    fa, fb = figure_of(figs, a, key), figure_of(figs, b, key)
+    if fa is None or fb is None:
+        return f"not measured (no {key} for ({a if fa is None else b}))"
+    diff = fa["value"] - fb["value"]
+    sep = disjoint(fa, fb)
+    if sep:
+        return f"met: ({a}) {fa['value']:.2f} vs ({b}) {fb['value']:.2f}, intervals do not overlap (no paired figure)"
+    if diff > 0:
+        return (f"missed: ({a}) is higher by {diff:.2f} but the 95% intervals overlap "
+                f"([{fa['lo']:.2f}, {fa['hi']:.2f}] vs [{fb['lo']:.2f}, {fb['hi']:.2f}]; no paired figure)")
+    return f"missed: ({a}) {fa['value']:.2f} is not above ({b}) {fb['value']:.2f} (by {-diff:.2f})"
