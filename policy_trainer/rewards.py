@@ -141,11 +141,12 @@ def split_groups(n_items: int, num_generations: int, histories: Sequence[Any],
     return groups
 
 
-def mark_completion(raw: str, history: Any) -> str | None:
-    """The degenerate-reply rule's mark of one completion in its conversation (``kind/rule``, None when unmarked):
-    its reply part, or its tag-stripped text when that part is missing (:func:`cer.reasoning.reply_text`)."""
+def mark_completion(raw: str, history: list[dict[str, Any]]) -> str | None:
+    """The degenerate-reply rule's mark of one completion in its conversation (``{role, text}`` turns; ``kind/rule``,
+    None when unmarked): its reply part, or its tag-stripped text when that part is missing
+    (:func:`cer.reasoning.reply_text`)."""
     reply, parsed = reply_text(raw)
-    return mark_reply(reply, [t.to_dict() for t in _history(history)], raw, parsed.ok)
+    return mark_reply(reply, history, raw, parsed.ok)
 
 
 def _history(raw: Any) -> list[Turn]:
@@ -200,9 +201,11 @@ class CompeerReward:
         groups = split_groups(n, self.settings.num_generations, history, refs)
         texts = [completion_text(c) for c in completions]
         stats = RewardBatchStats(items=n, groups=len(groups))
-        stats.reply_marks = [mark_completion(t, history[i]) for i, t in enumerate(texts)]
         requests = [GroupRequest(history=_history(history[g[0]]), reference=refs[g[0]],
                                  candidates=[texts[i] for i in g]) for g in groups]
+        for g, req in zip(groups, requests):  # a group shares one conversation: converted once
+            turns = [t.to_dict() for t in req.history]
+            stats.reply_marks.extend(mark_completion(texts[i], turns) for i in g)
         scores = await self._score(requests, stats)
         lengths = self._lengths(texts, completion_ids)
         rewards: list[float | None] = [None] * n

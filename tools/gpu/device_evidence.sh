@@ -112,8 +112,8 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
 info = httpx.get("http://127.0.0.1:8000/v1/info").json()
 r = httpx.post("http://127.0.0.1:8000/v1/score", json=json.load(open("examples/group.json")), timeout=300).json()
 json.dump({"info": info, "example": r}, open("'"$OUT"'/example.json", "w"), indent=1)
-print("example totals:", [(c.get("rewards") or {}).get("total") for c in r.get("candidates", [])],
-      "graded:", [(c.get("graded_rewards") or {}).get("total") for c in r.get("candidates", [])])' \
+print("example totals:", [(c.get("rewards") or {}).get("total") for c in r.get("results", [])],
+      "graded:", [(c.get("graded_rewards") or {}).get("total") for c in r.get("results", [])])' \
     || echo "the README example could not be scored" >&2
 }
 stop_server() { kill -TERM "$SERVER"; wait "$SERVER"; }
