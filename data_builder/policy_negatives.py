@@ -1,11 +1,16 @@
 """Stage ``policy-negatives``: what GRPO policies really wrote to game the judge, marked by rule, as negative replies.
 
-Input: COMPEER loop folders (``compeer-loop``; e.g. an extracted ``results.tar.xz``), each holding
-``eval/<policy>/records.jsonl``: one policy's reply per evaluation prompt (``id`` = ``<dialogue id>#r<round>``,
-``history``, ``text`` = the reply, ``raw``, ``format_ok``). Every ``records.jsonl`` below a folder is read, so reply
-records written during training in that schema would be read too; the loop's GRPO logs (``<arm>/metrics.jsonl``) hold
-figures only, no completion text. The split of a prompt (``train`` | ``valid``) is that of its dialogue in the
-``--dialogues SPLIT=FILE`` ingest outputs; prompts of other dialogues are skipped and counted.
+Input: folders holding either kind of file, every one below the folder read:
+- COMPEER loop folders (``compeer-loop``; e.g. an extracted ``results.tar.xz``) hold ``eval/<policy>/records.jsonl``:
+  one policy's reply per evaluation prompt (``id`` = ``<dialogue id>#r<round>``, ``history``, ``text`` = the reply,
+  ``raw``, ``format_ok``); policy = the file's folder name.
+- GRPO output folders (``compeer-train grpo`` with ``log_completions_file``) hold ``completions.jsonl`` (and
+  ``completions.rankR.jsonl``): every completion a training run wrote, raw (``dialogue_id``, ``round_index``,
+  ``text``); its reply is its ``<response>`` part (:func:`cer.reasoning.reply_text`), its conversation the turns of
+  its dialogue before that round (from ``--dialogues``); policy = ``grpo``. Lines without ``round_index`` (files of
+  older runs) are skipped and counted.
+The split of a prompt (``train`` | ``valid``) is that of its dialogue in the ``--dialogues SPLIT=FILE`` ingest
+outputs; prompts of other dialogues are skipped and counted.
 
 :class:`Labeller` marks a reply by the first rule that holds (thresholds and word lists: ``silver.yaml``
 ``policy_labeller``): ``empty``, ``stage_label``, ``judge_wording``, ``repetition``, ``truncated`` (kind
@@ -28,10 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from cer.reasoning import RESPONSE_PART
+from cer.reasoning import RESPONSE_PART, reply_text
 from cer.taxonomy import Taxonomy, load_taxonomy
 from data_builder.negatives import END_PUNCT, POLICY_NEGATIVE, content_words, normalise, sentences, words
 from data_builder.records import DIALOGUE, Record, base_dialogue_id, read_jsonl, read_records, write_jsonl
+from data_builder.sample import rounds_of
 from data_builder.silver_text import REPLY_POOLS, SilverConfig, load_config
 from data_builder.stage import StageError, StageRun
 
@@ -43,6 +49,10 @@ TEMPLATE_KINDS: tuple[str, ...] = ("generic", "dismissive")
 #: the kinds of mark counted as degenerate replies (echo and dismissive replies are counted apart)
 DEGENERATE_KINDS: tuple[str, ...] = ("degenerate", "generic")
 RECORDS_FILE = "records.jsonl"
+#: the file GRPO's ``log_completions_file`` writes in its output folder (``completions.rankR.jsonl`` for rank R > 0)
+COMPLETIONS_FILE = "completions.jsonl"
+#: the ``policy`` of the replies read from GRPO completions files
+GRPO_POLICY = "grpo"
 
 
 def _literal_openings(phrasings: Iterable[str], min_words: int) -> set[str]:
@@ -163,23 +173,60 @@ class PolicyReply:
     record: Record
 
 
-def read_loop_replies(folders: list[Path]) -> list[PolicyReply]:
-    """Every reply record of ``records.jsonl`` files below the loop folders (policy = the file's folder name)."""
+def _completion_record(line: Record) -> Record | None:
+    """A GRPO completions line as a reply record (``id``, ``text`` = its reply, ``raw``, ``format_ok``; no
+    ``history``), None when it lacks the prompt's round or text."""
+    raw, round_index = line.get("text"), line.get("round_index")
+    if not isinstance(raw, str) or not isinstance(round_index, int) or line.get("dialogue_id") is None:
+        return None
+    reply, parsed = reply_text(raw)
+    return {"id": f"{line['dialogue_id']}#r{round_index}", "text": reply, "raw": raw, "format_ok": parsed.ok}
+
+
+def read_loop_replies(folders: list[Path], counts: Counter[str] | None = None) -> list[PolicyReply]:
+    """Every reply below the folders: loop ``records.jsonl`` files (policy = the file's folder name) and GRPO
+    completions files (policy :data:`GRPO_POLICY`); ``counts`` gets the completions lines skipped."""
     out: list[PolicyReply] = []
+    pattern = COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")
     for folder in folders:
-        files = sorted(folder.rglob(RECORDS_FILE))
-        if not files:
-            raise StageError(f"{folder}: no {RECORDS_FILE} below it (not a compeer-loop folder?)")
-        for f in files:
+        records, completions = sorted(folder.rglob(RECORDS_FILE)), sorted(folder.rglob(pattern))
+        if not records and not completions:
+            raise StageError(f"{folder}: no {RECORDS_FILE} or {COMPLETIONS_FILE} below it (not a compeer-loop or "
+                             "GRPO output folder?)")
+        for f in records:
             out.extend(PolicyReply(folder.name, f.parent.name, f, rec) for rec in read_jsonl(f)
                        if isinstance(rec.get("text"), str) and "id" in rec)
+        for f in completions:
+            for line in read_jsonl(f):
+                if (rec := _completion_record(line)) is not None:
+                    out.append(PolicyReply(folder.name, GRPO_POLICY, f, rec))
+                elif counts is not None:
+                    counts["skipped_completion_without_round"] += 1
     return out
 
 
+def round_index_of(history: list[dict[str, Any]]) -> int:
+    """The 1-based round index (as :func:`data_builder.sample.make_round` numbers it) of the supporter turn that
+    follows ``history`` (the turns before it, ending with a seeker turn): one more than the rounds started in it.
+    GRPO's completions file keys each completion's prompt by it; :func:`history_before` is its inverse."""
+    return len(rounds_of(history)) + 1
+
+
+def history_before(turns: list[dict[str, Any]], round_index: int) -> list[dict[str, Any]] | None:
+    """The ``{role, text}`` turns of a dialogue before its 1-based round ``round_index``
+    (:func:`data_builder.sample.make_round`'s history), None when it has no such round."""
+    starts = rounds_of(turns)
+    if not 1 <= round_index <= len(starts):
+        return None
+    return [{"role": t["role"], "text": t["text"]} for t in turns[:starts[round_index - 1]]]
+
+
 def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situations: dict[str, str],
-                  cfg: SilverConfig, taxonomy: Taxonomy) -> tuple[list[Record], Counter[str]]:
-    """The ``policy_negative`` records of the replies some rule marks; returns them and counts."""
-    counts: Counter[str] = Counter()
+                  cfg: SilverConfig, taxonomy: Taxonomy, turns_of: dict[str, list[dict[str, Any]]] | None = None,
+                  counts: Counter[str] | None = None) -> tuple[list[Record], Counter[str]]:
+    """The ``policy_negative`` records of the replies some rule marks; returns them and counts. A reply without
+    ``history`` gets the turns of its dialogue (``turns_of``, by dialogue id) before its round."""
+    counts = Counter() if counts is None else counts
     labeller = Labeller(cfg, taxonomy, repeated_texts(((p.record["id"], p.record["text"]) for p in replies),
                                                       cfg.labeller.min_repeat_prompts))
     out: list[Record] = []
@@ -191,7 +238,12 @@ def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situatio
         if split is None or not round_index.isdigit():
             counts["skipped_unknown_dialogue"] += 1
             continue
-        history = rec.get("history") or []
+        history = rec.get("history")
+        if history is None:
+            history = history_before((turns_of or {}).get(dialogue_id, []), int(round_index))
+            if history is None:
+                counts["skipped_unknown_round"] += 1
+                continue
         marked = labeller.label(rec["text"], history, rec.get("raw"), bool(rec.get("format_ok", True)))
         if marked is None:
             counts[f"not_marked_{split}"] += 1
@@ -218,7 +270,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("policy-negatives", help="mark the replies GRPO policies wrote to game the judge",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="folders", action="append", required=True, type=Path, metavar="DIR",
-                   help="a compeer-loop folder (repeatable; its name is the records' `run`)")
+                   help="a compeer-loop folder or a GRPO output folder with completions.jsonl (repeatable; its "
+                        "name is the records' `run`)")
     p.add_argument("--dialogues", action="append", required=True, metavar="SPLIT=FILE",
                    help="ingest output of a split, e.g. valid=ingest-valid/dialogues.jsonl (repeatable)")
     p.add_argument("--out", required=True, type=Path, help="output folder (created); gets manifest.json")
@@ -236,17 +289,20 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
         if not sep or not split or not path:
             raise StageError(f"--dialogues {spec!r}: expected SPLIT=FILE")
         split_files[path] = split
-    replies = read_loop_replies(list(args.folders))
+    counts: Counter[str] = Counter()
+    replies = read_loop_replies(list(args.folders), counts)
     st = StageRun("policy-negatives", args.out, argv, sorted({str(r.file) for r in replies}) + list(split_files),
                   params={"from": [str(f) for f in args.folders], "dialogues": args.dialogues})
     split_of: dict[str, str] = {}
     situations: dict[str, str] = {}
+    turns_of: dict[str, list[dict[str, Any]]] = {}
     for path, split in split_files.items():
         for d in read_records([Path(path)], (DIALOGUE,)):
             split_of[base_dialogue_id(d["id"])] = split
             situations[d["id"]] = str((d.get("meta") or {}).get("situation") or "")
+            turns_of[d["id"]] = d["turns"]
     records, counts = label_replies(replies, split_of, situations, load_config(args.config),
-                                    load_taxonomy(args.taxonomy))
+                                    load_taxonomy(args.taxonomy), turns_of, counts)
     write_jsonl(st.path("policy_negatives.jsonl"), records)
     st.counts = {k: counts[k] for k in sorted(counts)}
     st.finish(quiet=args.quiet)

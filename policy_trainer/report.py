@@ -2,7 +2,9 @@
 
 ``metrics.jsonl`` holds what TRL logs each step (loss, reward, reward_std, frac_reward_zero_std, step_time, ...)
 plus the ``compeer/*`` metrics of the reward function. The summary's ``reward_wait_share`` is the time spent in
-reward calls divided by the step time, summed over the run.
+reward calls divided by the step time, summed over the run. With ``log_completions_file`` the summary's
+``completions`` says whether the judge pays for degenerate replies: within each rollout group that has both, the
+share of (degenerate, other) pairs where the degenerate completion got the higher reward (ties half).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from data_builder.policy_negatives import COMPLETIONS_FILE, is_degenerate
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
@@ -157,10 +161,40 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def summarise_completions(path: Path) -> dict[str, Any]:
+    """Degenerate share and whether the reward pays for degenerate completions, from a completions file (module
+    docstring); rewards that are None (unscored) are left out of the pairs."""
+    groups: dict[tuple[int, int], list[tuple[bool, float | None]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            c = json.loads(line)
+            groups.setdefault((c["call"], c["group"]), []).append((is_degenerate(c.get("mark")), c.get("reward")))
+    items = [x for g in groups.values() for x in g]
+    wins = pairs = 0.0
+    mixed = 0
+    for g in groups.values():
+        bad = [r for d, r in g if d and r is not None]
+        good = [r for d, r in g if not d and r is not None]
+        mixed += bool(bad and good)
+        for b in bad:
+            for o in good:
+                pairs += 1
+                wins += 1.0 if b > o else 0.5 if b == o else 0.0
+    rewards = {flag: [r for d, r in items if d is flag and r is not None] for flag in (True, False)}
+    return {"completions": len(items), "groups": len(groups),
+            "degenerate_share": sum(d for d, _ in items) / len(items) if items else None,
+            "groups_with_both": mixed, "degenerate_wins_share": wins / pairs if pairs else None,
+            "reward_mean_degenerate": sum(rewards[True]) / len(rewards[True]) if rewards[True] else None,
+            "reward_mean_other": sum(rewards[False]) / len(rewards[False]) if rewards[False] else None}
+
+
 def write_report(out_dir: Path) -> dict[str, Any]:
-    """Plots and ``OUT/summary.json`` from ``OUT/metrics.jsonl``; returns the summary."""
+    """Plots and ``OUT/summary.json`` from ``OUT/metrics.jsonl`` (and the completions file when written); returns
+    the summary."""
     rows = read_metrics(out_dir)
     summary = summarise(rows)
+    if (completions := out_dir / COMPLETIONS_FILE).is_file():
+        summary["completions"] = summarise_completions(completions)
     summary["plots"] = [str(p.relative_to(out_dir)) for p in write_plots(out_dir, rows)]
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -31,7 +31,7 @@ from cer.modes import JudgeMode, RewardJudgeMode
 from cer.reasoning import reply_text
 from cer.redundancy import RedundancyMode, reweight
 from cer.rewards import RewardKind
-from data_builder.policy_negatives import mark_reply
+from data_builder.policy_negatives import COMPLETIONS_FILE, mark_reply, round_index_of
 from policy_trainer.config import CompeerGRPOConfig, LengthUnit
 from policy_trainer.scores import (
     GradedRewardsUnavailable,
@@ -64,8 +64,6 @@ ClientFactory = Callable[[], ScoringClient]
 MetricLogger = Callable[[str, float], None]
 
 
-#: the file ``log_completions_file`` writes in the output folder
-COMPLETIONS_FILE = "completions.jsonl"
 
 
 class GroupingError(ValueError):
@@ -203,9 +201,11 @@ class CompeerReward:
         stats = RewardBatchStats(items=n, groups=len(groups))
         requests = [GroupRequest(history=_history(history[g[0]]), reference=refs[g[0]],
                                  candidates=[texts[i] for i in g]) for g in groups]
+        rounds: list[int] = []  # each completion's round index in its dialogue (the completions file's prompt key)
         for g, req in zip(groups, requests):  # a group shares one conversation: converted once
             turns = [t.to_dict() for t in req.history]
             stats.reply_marks.extend(mark_completion(texts[i], turns) for i in g)
+            rounds.extend([round_index_of(turns)] * len(g))
         scores = await self._score(requests, stats)
         lengths = self._lengths(texts, completion_ids)
         rewards: list[float | None] = [None] * n
@@ -216,7 +216,7 @@ class CompeerReward:
         self.calls += 1
         if self.settings.completions_path is not None:
             self._write_completions(texts, rewards, [s for g in scores for s in g], stats.reply_marks,
-                                    columns.get("dialogue_id"))
+                                    columns.get("dialogue_id"), rounds)
         self.total_call_failures += stats.call_failures
         if log_metric is not None:
             for name, value in stats.metrics().items():
@@ -245,8 +245,9 @@ class CompeerReward:
 
     # ---- helpers ------------------------------------------------------------------------------------------------
     def _write_completions(self, texts: list[str], rewards: list[float | None], scores: list[ItemScore],
-                           marks: list[str | None], dialogue_ids: Sequence[Any] | None) -> None:
-        """Append this call's completions to ``completions_path`` (one JSON line each)."""
+                           marks: list[str | None], dialogue_ids: Sequence[Any] | None, rounds: list[int]) -> None:
+        """Append this call's completions to ``completions_path`` (one JSON line each; ``round_index``: the round of
+        its dialogue the prompt ends before, :func:`data_builder.policy_negatives.round_index_of`)."""
         path = self.settings.completions_path
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -254,7 +255,8 @@ class CompeerReward:
             for i, (text, reward, score, mark) in enumerate(zip(texts, rewards, scores, marks)):
                 fh.write(json.dumps({
                     "call": self.calls, "index": i, "group": i // self.settings.num_generations,
-                    "dialogue_id": None if dialogue_ids is None else str(dialogue_ids[i]), "text": text,
+                    "dialogue_id": None if dialogue_ids is None else str(dialogue_ids[i]),
+                    "round_index": rounds[i], "text": text,
                     "mark": mark, "reward": reward, "total": score.total, "graded_total": score.graded_total,
                     "status": score.status.value if score.status is not None else None}, ensure_ascii=False) + "\n")
 

@@ -198,6 +198,54 @@ def test_policy_negatives_stage_and_its_use(tmp_path: Path, corpus: tuple[list[d
     assert all((parse(it["candidate"]).response in free) or (it["reference"] in free) for it in used)
 
 
+def test_policy_negatives_from_a_grpo_completions_file(tmp_path: Path, corpus: tuple[list[dict], list[dict]]) -> None:
+    """What ``log_completions_file`` writes (by the real reward function, on real rounds) is read back with each
+    completion's conversation rebuilt from its dialogue and round: the echo rule sees the seeker's words."""
+    import asyncio
+
+    from policy_trainer.rewards import CompeerReward, RewardSettings
+    from tests.unit.test_policy_fakes import FakeRewardClient
+
+    rounds, _ = corpus
+    en = [r for r in rounds if r["lang"] == "en" and r["round_index"] > 1][:2]
+    echo = en[1]["history"][-1]["text"]
+    texts = ["<response>I would place this in the comforting stage.</response>",
+             ("<analysis>fine</analysis><emotion>sadness</emotion><strategy>Question</strategy>"
+              "<response>What happened after that?</response>"), f"<response>{echo}</response>", "Okay."]
+    out = tmp_path / "grpo-run"
+    reward = CompeerReward(RewardSettings(num_generations=2, completions_path=out / "completions.jsonl"),
+                           lambda: FakeRewardClient({}))
+    asyncio.run(reward(prompts=[[]] * 4, completions=[[{"role": "assistant", "content": t}] for t in texts],
+                       completion_ids=[[0]] * 4, history=[en[0]["history"]] * 2 + [en[1]["history"]] * 2,
+                       reference=["r"] * 4, dialogue_id=[en[0]["dialogue_id"]] * 2 + [en[1]["dialogue_id"]] * 2,
+                       log_metric=None))
+    with (out / "completions.jsonl").open("a") as fh:  # a line of an older run: no round, skipped and counted
+        fh.write(json.dumps({"dialogue_id": en[0]["dialogue_id"], "text": "Okay."}) + "\n")
+    ing = tmp_path / "i" / "dialogues.jsonl"
+    assert main(["policy-negatives", "--quiet", "--from", str(out), "--dialogues", f"train={ing}",
+                 "--out", str(tmp_path / "pn")]) == 0
+    recs = list(read_jsonl(tmp_path / "pn" / "policy_negatives.jsonl"))
+    assert [(r["policy"], r["run"], r["split"]) for r in recs] == [("grpo", "grpo-run", "train")] * 3
+    assert [r["prompt_id"] for r in recs] == [f"{en[0]['dialogue_id']}#r{en[0]['round_index']}"] + [
+        f"{en[1]['dialogue_id']}#r{en[1]['round_index']}"] * 2
+    assert [(r["kind"], r["rule"]) for r in recs][:2] == [("degenerate", "stage_label"), ("echo", "echo")]
+    assert recs[0]["text"] == "I would place this in the comforting stage." and not recs[0]["format_ok"]
+    assert recs[2]["kind"] == "generic" and recs[2]["text"] == "Okay."
+    counts = json.loads((tmp_path / "pn" / "manifest.json").read_text())["counts"]
+    assert counts["skipped_completion_without_round"] == 1 and counts["not_marked_train"] == 1
+
+
+def test_round_index_of_a_history_is_the_round_it_ends_before(corpus: tuple[list[dict], list[dict]]) -> None:
+    from data_builder.policy_negatives import history_before, round_index_of
+
+    rounds, dialogues = corpus
+    turns = {d["id"]: d["turns"] for d in dialogues}
+    for r in rounds:
+        assert round_index_of(r["history"]) == r["round_index"]
+        assert history_before(turns[r["dialogue_id"]], r["round_index"]) == r["history"]
+    assert history_before(turns[rounds[0]["dialogue_id"]], 10_000) is None
+
+
 def test_contrast_groups_differ_in_one_part_per_kind(corpus: tuple[list[dict], list[dict]]) -> None:
     rounds, dialogues = corpus
     groups, counts = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
