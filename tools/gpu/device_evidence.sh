@@ -159,12 +159,16 @@ bench)
   TOKENIZERS_PARALLELISM=true python3 -m bench.hf_judge_engine --model /tmp/smollm2 --device cuda ${BENCH_ARGS:-} || exit 1
   cp bench/results/hf_judge_engine.json bench/results/grammar_fill.json "$OUT"/
   ;;
-run)  # one GRPO run against the judge server
-  T0=$(date +%s)
+run)  # one GRPO run against the judge server, in RUN_DIR (default /tmp/run); WARMUP_FROM: a run folder whose SFT
+  # warm-up adapter this run starts from (copied; not retrained)
+  T0=$(date +%s) RUN=${RUN_DIR:-/tmp/run}
   start_server || exit 1
-  train /tmp/run "$(budget_left)" ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
+  if [ -n "${WARMUP_FROM:-}" ]; then
+    mkdir -p "$RUN"/warmup && cp -r "$WARMUP_FROM"/warmup/adapter "$RUN"/warmup/ || exit 1
+  fi
+  train "$RUN" "$(budget_left)" ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
   echo "train exit $?"
-  collect /tmp/run ""
+  collect "$RUN" ""
   stop_server
   grep -E "step [0-9]+/|WARNING|Error" "$OUT"/train.log | tail -40
   ;;

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The judge data from the real ESConv splits, as docs/reward_trainer.md ("Data") builds it here: ingest, Gaussian
 # round sampling, silver labels with the rule-made negatives (train's template list for train, the disjoint eval list
-# for valid) and the policy-made ones (data_builder/data/policy_negatives.jsonl), the contrast groups of the valid split, the judge SFT
+# for valid) and the policy-made ones (data_builder/data/policy_negatives.jsonl, or $POLICY_NEGATIVES), the contrast groups of the valid split, the judge SFT
 # sets (train = ESConv train, held out = exactly the valid dialogues). Used by tools/gpu/judge_esconv.sh and
 # tools/gpu/judge_qwen.sh on a lent GPU machine (no registry there), and runnable here.
 #   bash tools/gpu/esconv_data.sh ESCONV.tar.xz|ESCONV_DIR OUT_DIR
 set -euo pipefail
 SRC=${1:?ESConv tarball or folder (train.json, valid.json)} W=${2:?output folder}
-C="python3 -m data_builder.cli" PN=data_builder/data/policy_negatives.jsonl
+C="python3 -m data_builder.cli" PN=${POLICY_NEGATIVES:-data_builder/data/policy_negatives.jsonl}
 if [ -d "$SRC" ]; then E=$SRC; else E=$W/esconv; mkdir -p "$E" && tar -xJf "$SRC" -C "$E"; fi
 $C ingest --quiet --format esconv --out $W/ingest-train $E/train.json
 $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json

@@ -17,6 +17,8 @@
 #   finish  carry .gpu-judge .gpu-loop compeer_proto, after tools/gpu/vllm_judge.sh stage: the serving benchmark
 #           alone on the card (BENCH=0 skips it), then the judges' pipeline (TRAIN_JUDGES=0 skips it; e.g.
 #           VARIANTS='prm orm' STEPS=200) beside a GRPO run of GRPO_STEPS against the served default judge; `wait`
+#   adversarial  same carry as finish: the adversarial round (adversarial() below); `wait`, then `collect` and
+#           `ADAPTER=unified-adv collect` for the retrained adapter
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -35,10 +37,10 @@ W=$R/data D=$R/data/emit/judge_sft
 PROFILE=${PROFILE:-gpu-qwen15-esconv} MODEL=${JUDGE_MODEL:-qwen2.5-coder-1.5b}
 EVAL=(--model "$MODEL" --device cuda --max-batch 128 --concurrency 128 --no-audit)
 
-train() {  # $1: variant
-  local steps=(); [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
-  python3 -m reward_trainer.cli judge --config "$PROFILE" --variant "$1" --data "$D" --out $R/"$1" "${steps[@]}" \
-    > $R/train-"$1".log 2>&1 && to_bf16 $R/"$1"
+train() {  # $1: variant, $2: its folder under $R (default: the variant's name); data: $D
+  local steps=() name=${2:-$1}; [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
+  python3 -m reward_trainer.cli judge --config "$PROFILE" --variant "$1" --data "$D" --out $R/"$name" "${steps[@]}" \
+    > $R/train-"$name".log 2>&1 && to_bf16 $R/"$name"
 }
 
 pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then evaluated; CONTRAST_GROUPS groups scored
@@ -115,6 +117,42 @@ finish() {  # issue 23's last figures, one card: (1) the serving benchmark alone
   return $rc
 }
 
+grpo() {  # $1: name under $R; the loop's prompts and warm-up, completions logged, against `compeer-reward serve`
+  # with no judge flags (the GPU default judge) or --adapter $JUDGE_ADAPTER; WARMUP_FROM: reuse a run's warm-up
+  mkdir -p $R/"$1"
+  OUT=$R/"$1" RUN_DIR=$R/"$1"-run JUDGE_MODEL=default STEPS=${GRPO_STEPS:-30} CALL_BUDGET_S=${GRPO_BUDGET_S:-1500} \
+    COMPEER_KV_CACHE_GIB=${JUDGE_KV_CACHE_GIB:-8} \
+    TRAIN_ARGS="--prompt-set /tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl
+      --set log_completions_file=true" \
+    bash tools/gpu/device_evidence.sh run > $R/"$1"/run.log 2>&1
+}
+
+adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the shipped judge, every completion
+  # logged; (2) its hacks labelled by rule (compeer-data policy-negatives) and added to the committed policy-made
+  # negatives; (3) the judge data rebuilt with them and the unified judge retrained (same profile and steps);
+  # (4) side by side: the retrained and the shipped judge evaluated on the same valid items and contrast groups, and
+  # a second GRPO run against the retrained judge from the first run's warm-up (only the judge differs)
+  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+  [ -f $R/grpo1-run/completions.jsonl ] || grpo grpo1 || return 1
+  python3 -m data_builder.cli policy-negatives --quiet --from $R/grpo1-run --dialogues train=$W/ingest-train/dialogues.jsonl \
+    --dialogues valid=$W/ingest-valid/dialogues.jsonl --out $R/adv-pn || return 1
+  cat data_builder/data/policy_negatives.jsonl $R/adv-pn/policy_negatives.jsonl > $R/policy_negatives-round2.jsonl
+  [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES=$R/policy_negatives-round2.jsonl \
+    bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
+  local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv pids=() rc=0
+  [ -d $R/unified-adv-bf16 ] || D=$D2 train unified unified-adv || return 1
+  python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv \
+    --adapter reply=$R/unified-adv --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
+  python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped --adapter $shipped \
+    --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!)
+  python3 -m reward_trainer.cli judge-contrast --groups $R/data2/contrast/groups.jsonl --out $R/contrast-adv \
+    --adapter adversarial=$R/unified-adv --adapter shipped=$shipped --no-base --max-items "${CONTRAST_GROUPS:-120}" \
+    "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
+  JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$R/grpo1-run grpo grpo2 & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
 
 collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, metrics, the unified adapter in parts
@@ -122,7 +160,9 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   grep -hE "'loss'|train_runtime|resuming" $R/train-*.log > "$OUT"/train.txt 2>/dev/null
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
-      orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo; do
+      orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
+      grpo1 grpo2 adv-pn policy_negatives-round2.jsonl data2/counts.txt build2.log eval-adv eval-shipped contrast-adv \
+      unified-adv/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
   if [ -d $R/"${ADAPTER:-unified}"-bf16 ]; then  # one adapter a call: ADAPTER=prm / orm for the others
@@ -147,7 +187,7 @@ prepare() {  # the base converted once (bf16), the data built once
   tail -n 3 $R/build.log
 }
 
-case "${1:?prepare|probe|start|finish|wait|pipeline|collect}" in
+case "${1:?prepare|probe|start|finish|adversarial|wait|pipeline|collect}" in
 prepare)
   prepare || exit 1
   ;;
@@ -173,6 +213,20 @@ finish)  # prepare, then finish() in the background; waits like `wait` (carry .g
   ;;
 finish-run)
   finish
+  ;;
+adversarial)  # prepare, then adversarial() in the background; waits like `wait` (carry .gpu-judge, .gpu-loop,
+  # compeer_proto, after tools/gpu/vllm_judge.sh stage); `ADAPTER=unified-adv collect` brings the retrained adapter
+  prepare || exit 1
+  [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
+  [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf .gpu-loop/loop-data.tar.xz \
+    -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
+  setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh adversarial-run; then r=ok; else r=FAILED; fi
+    echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/adversarial.log 2>&1 < /dev/null &
+  sleep 5
+  wait_pipeline
+  ;;
+adversarial-run)
+  adversarial
   ;;
 pipeline)
   T0=$(date +%s)
