@@ -141,12 +141,13 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
     bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
   local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv pids=() rc=0
   [ -d $R/unified-adv-bf16 ] || D=$D2 train unified unified-adv || return 1
-  python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv \
-    --adapter reply=$R/unified-adv --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
+  # both judges as they ship: LoRA weights in bfloat16
+  python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv-bf16 \
+    --adapter reply=$R/unified-adv-bf16 --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
   python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped --adapter $shipped \
     --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!)
   python3 -m reward_trainer.cli judge-contrast --groups $R/data2/contrast/groups.jsonl --out $R/contrast-adv \
-    --adapter adversarial=$R/unified-adv --adapter shipped=$shipped --no-base --max-items "${CONTRAST_GROUPS:-120}" \
+    --adapter adversarial=$R/unified-adv-bf16 --adapter shipped=$shipped --no-base --max-items "${CONTRAST_GROUPS:-120}" \
     "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
   JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$R/grpo1-run grpo grpo2 & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -175,7 +176,8 @@ wait_pipeline() {
   while [ ! -f $R/DONE ] && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 10; done
   collect
   if [ -f $R/DONE ]; then echo "pipeline finished: $(cat $R/DONE)"; else echo "pipeline still running"; fi
-  tail -n 3 $R/pipeline.log; grep -h "'loss'" $R/train-*.log 2>/dev/null | tail -n 3; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
+  tail -n 3 $R/pipeline.log $R/adversarial.log 2>/dev/null; ls $R; grep -h "step [0-9]*/" $R/grpo*/train.log 2>/dev/null | tail -n 2
+  grep -h "'loss'" $R/train-*.log 2>/dev/null | tail -n 3; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
 }
 
 prepare() {  # the base converted once (bf16), the data built once
