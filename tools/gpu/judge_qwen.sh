@@ -132,11 +132,17 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   # negatives; (3) the judge data rebuilt with them and the unified judge retrained (same profile and steps);
   # (4) side by side: the retrained and the shipped judge evaluated on the same valid items and contrast groups, and
   # a second GRPO run against the retrained judge from the first run's warm-up (only the judge differs)
+  # ADV_NEGATIVES: the merged negatives of (1)-(2) from an earlier machine (carried): (1)-(2) are skipped
   export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
-  [ -f $R/grpo1-run/completions.jsonl ] || grpo grpo1 || return 1
-  python3 -m data_builder.cli policy-negatives --quiet --from $R/grpo1-run --dialogues train=$W/ingest-train/dialogues.jsonl \
-    --dialogues valid=$W/ingest-valid/dialogues.jsonl --out $R/adv-pn || return 1
-  cat data_builder/data/policy_negatives.jsonl $R/adv-pn/policy_negatives.jsonl > $R/policy_negatives-round2.jsonl
+  if [ -n "${ADV_NEGATIVES:-}" ]; then
+    cp "$ADV_NEGATIVES" $R/policy_negatives-round2.jsonl || return 1
+  else
+    [ -f $R/grpo1-run/completions.jsonl ] || grpo grpo1 || return 1
+    python3 -m data_builder.cli policy-negatives --quiet --from $R/grpo1-run \
+      --dialogues train=$W/ingest-train/dialogues.jsonl --dialogues valid=$W/ingest-valid/dialogues.jsonl \
+      --out $R/adv-pn || return 1
+    cat data_builder/data/policy_negatives.jsonl $R/adv-pn/policy_negatives.jsonl > $R/policy_negatives-round2.jsonl
+  fi
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES=$R/policy_negatives-round2.jsonl \
     bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
   local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv pids=() rc=0
@@ -149,7 +155,9 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   python3 -m reward_trainer.cli judge-contrast --groups $R/data2/contrast/groups.jsonl --out $R/contrast-adv \
     --adapter adversarial=$R/unified-adv-bf16 --adapter shipped=$shipped --no-base --max-items "${CONTRAST_GROUPS:-120}" \
     "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
-  JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$R/grpo1-run grpo grpo2 & pids+=($!)
+  # the same warm-up as (1) where it is on this machine, else retrained with the same settings and seed
+  local warm=""; [ -d $R/grpo1-run/warmup/adapter ] && warm=$R/grpo1-run
+  JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$warm grpo grpo2 & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
 }
