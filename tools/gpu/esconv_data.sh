@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # The judge data from the real ESConv splits, as docs/reward_trainer.md ("Data") builds it here: ingest, Gaussian
 # round sampling, silver labels with the rule-made negatives (train's template list for train, the disjoint eval list
-# for valid) and the policy-made ones (data_builder/data/policy_negatives.jsonl, or $POLICY_NEGATIVES), the contrast groups of the valid split, the judge SFT
+# for valid) and the policy-made ones (data_builder/data/policy_negatives.jsonl, or the files listed in $POLICY_NEGATIVES), the contrast groups of the valid split, the judge SFT
 # sets (train = ESConv train, held out = exactly the valid dialogues). Used by tools/gpu/judge_esconv.sh and
 # tools/gpu/judge_qwen.sh on a lent GPU machine (no registry there), and runnable here.
 #   bash tools/gpu/esconv_data.sh ESCONV.tar.xz|ESCONV_DIR OUT_DIR
 set -euo pipefail
 SRC=${1:?ESConv tarball or folder (train.json, valid.json)} W=${2:?output folder}
-C="python3 -m data_builder.cli" PN=${POLICY_NEGATIVES:-data_builder/data/policy_negatives.jsonl}
+C="python3 -m data_builder.cli" PN=()
+for f in ${POLICY_NEGATIVES:-data_builder/data/policy_negatives.jsonl}; do PN+=(--policy-negatives "$f"); done
 if [ -d "$SRC" ]; then E=$SRC; else E=$W/esconv; mkdir -p "$E" && tar -xJf "$SRC" -C "$E"; fi
 $C ingest --quiet --format esconv --out $W/ingest-train $E/train.json
 $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json
 $C sample --quiet --rounds 8 --out $W/sample-train $W/ingest-train/dialogues.jsonl
 $C sample --quiet --rounds 3 --out $W/sample-valid $W/ingest-valid/dialogues.jsonl
-$C silver --quiet --out $W/silver-train --pool train --policy-negatives $PN --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl
+$C silver --quiet --out $W/silver-train --pool train "${PN[@]}" --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl
 $C silver --quiet --out $W/silver-valid --pool eval --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
-$C contrast --quiet --out $W/contrast --pool eval --policy-negatives $PN --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
+$C contrast --quiet --out $W/contrast --pool eval "${PN[@]}" --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
 $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
   $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl
 sha256sum $W/silver-train/items.jsonl $W/silver-valid/items.jsonl $W/contrast/groups.jsonl | tee $W/counts.txt

@@ -132,21 +132,22 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   # negatives; (3) the judge data rebuilt with them and the unified judge retrained (same profile and steps);
   # (4) side by side: the retrained and the shipped judge evaluated on the same valid items and contrast groups, and
   # a second GRPO run against the retrained judge from the first run's warm-up (only the judge differs)
-  # ADV_NEGATIVES: the merged negatives of (1)-(2) from an earlier machine (carried): (1)-(2) are skipped
+  # ADV_NEGATIVES: the labelled negatives of (1)-(2), e.g. data_builder/data/policy_negatives_grpo_round2.jsonl (the
+  # round of 2026-11-27): (1)-(2) are skipped
   export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
-  if [ -n "${ADV_NEGATIVES:-}" ]; then
-    cp "$ADV_NEGATIVES" $R/policy_negatives-round2.jsonl || return 1
-  else
+  local new=${ADV_NEGATIVES:-$R/adv-pn/policy_negatives.jsonl}
+  if [ -z "${ADV_NEGATIVES:-}" ]; then
     [ -f $R/grpo1-run/completions.jsonl ] || grpo grpo1 || return 1
     python3 -m data_builder.cli policy-negatives --quiet --from $R/grpo1-run \
       --dialogues train=$W/ingest-train/dialogues.jsonl --dialogues valid=$W/ingest-valid/dialogues.jsonl \
       --out $R/adv-pn || return 1
-    cat data_builder/data/policy_negatives.jsonl $R/adv-pn/policy_negatives.jsonl > $R/policy_negatives-round2.jsonl
   fi
-  [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES=$R/policy_negatives-round2.jsonl \
+  [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl $new" \
     bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
   local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv pids=() rc=0
-  [ -d $R/unified-adv-bf16 ] || D=$D2 train unified unified-adv || return 1
+  # the shipped judge's steps (its compeer_judge.json), so that only the training data differs
+  local steps; steps=$(python3 -c 'import json; print(json.load(open("'$shipped'/compeer_judge.json"))["steps"])')
+  [ -d $R/unified-adv-bf16 ] || STEPS=${STEPS:-$steps} D=$D2 train unified unified-adv || return 1
   # both judges as they ship: LoRA weights in bfloat16
   python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv-bf16 \
     --adapter reply=$R/unified-adv-bf16 --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
@@ -170,7 +171,7 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
       orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
-      grpo1 grpo2 adv-pn policy_negatives-round2.jsonl data2/counts.txt build2.log eval-adv eval-shipped contrast-adv \
+      grpo1 grpo2 adv-pn data2/counts.txt build2.log eval-adv eval-shipped contrast-adv \
       unified-adv/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
