@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compeer_loop.evaluate import ESC_FILE
-from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings
+from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings, warmup_length
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.replies import CONSTANT_REPLY
 from compeer_loop.report_checks import (
@@ -304,7 +304,7 @@ def write_report(root: Path, out: Path, gpu_log: Path | None = None, n_boot: int
         "",
         *([top.read_text().strip(), ""] if top is not None else []),
         (f"Policy SmolLM2-135M-Instruct + LoRA (profile `{s.profile}`), seed {s.seed}, {s.steps} GRPO steps per arm "
-        f"from one shared SFT warm-up of {s.warmup_steps} steps; prompts from ESConv train "
+        f"from one shared SFT warm-up of {warmup_length(s)}; prompts from ESConv train "
         f"({counts.get('grpo_train', '?')} GRPO prompts, {counts.get('warmup', '?')} warm-up rows), evaluation on "
         f"{counts.get('eval', '?')} valid-split prompts ({per_dialogue} round(s) per valid dialogue), greedy, "
         f"{s.eval_max_tokens} new tokens. Judge scores: the shipped trained judge (unified mode). Intervals: "

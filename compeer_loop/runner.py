@@ -51,6 +51,7 @@ from compeer_loop.plan import (
     judge_servers,
     server_argv,
     warmup_argv,
+    warmup_length,
 )
 from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory, stop_servers
 
@@ -187,7 +188,7 @@ class Driver:
             lines = [ln for ln in metrics.read_text().splitlines() if ln.strip()]
             if lines:
                 out["step"] = json.loads(lines[-1]).get("step")
-        out["max_steps"] = self.s.steps if arm.grpo else self.s.warmup_steps
+        out["max_steps"] = self.s.steps if arm.grpo else warmup_length(self.s)
         record = read_judge_record(self.root / arm.name)
         if record is not None:  # what the arm was verified to train against (controls.verify_arm)
             out["judge"] = [{"server": j["server"], **{k: j["served"].get(k) for k in ("model", "revision", "adapter")}}

@@ -159,6 +159,12 @@ class CompeerGRPOConfig(GRPOConfig):
                           "policy never writes the CER tags unprompted; without a warm-up GRPO sees no reward "
                           "spread in most groups."},
     )
+    sft_warmup_epochs: float = field(
+        default=0.0,
+        metadata={"help": "Epochs of SFT over the warm-up set, used when sft_warmup_steps is 0 (both 0: no warm-up; "
+                          "set one of the two). The run writes OUT/warmup/stats.json: the targets' token lengths "
+                          "and the share longer than max_completion_length (what GRPO would cut)."},
+    )
     sft_warmup_dataset: str = field(
         default="smoke",
         metadata={"help": "Warm-up data: `smoke` or a JSONL/datasets folder with history and target (a CER "
@@ -226,11 +232,19 @@ class CompeerGRPOConfig(GRPOConfig):
             raise ValueError("use_lora needs lora_r > 0 and at least one lora_target_modules entry")
         if self.sft_warmup_steps < 0:
             raise ValueError("sft_warmup_steps must be >= 0 (0 turns the SFT warm-up off)")
+        if self.sft_warmup_epochs < 0 or (self.sft_warmup_steps > 0 and self.sft_warmup_epochs > 0):
+            raise ValueError(f"sft_warmup_epochs must be >= 0 and is used only when sft_warmup_steps is 0 (got "
+                             f"{self.sft_warmup_epochs} epochs beside {self.sft_warmup_steps} steps): set one of them")
         if self.max_prompts is not None and self.max_prompts <= 0:
             raise ValueError("max_prompts must be positive, or null for all prompts")
         if self.log_completions:
             raise ValueError("log_completions prints prompts and completions (dialogue text, which is sensitive); "
                              "keep it false (compeer logs reward statistics only)")
+
+    @property
+    def warmup_on(self) -> bool:
+        """Whether the run starts with an SFT warm-up (``sft_warmup_steps`` or ``sft_warmup_epochs`` set)."""
+        return self.sft_warmup_steps > 0 or self.sft_warmup_epochs > 0
 
     def _validate_grouping(self) -> None:
         """Each process must hold whole rollout groups: the reweighting (Eq.5-7) works on a group at a time."""

@@ -122,7 +122,7 @@ def load_policy(cfg: CompeerGRPOConfig) -> tuple[PreTrainedModel, PreTrainedToke
 def _prepare_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     out_dir: Path, peft: LoraConfig | None) -> tuple[PreTrainedModel | PeftModel, LoraConfig | None]:
     """Run or reload the SFT warm-up; returns the model GRPO starts from and the LoRA config still to apply."""
-    if cfg.sft_warmup_steps <= 0:
+    if not cfg.warmup_on:
         return model, peft
     saved = warmup_adapter_path(out_dir)
     if saved.exists():

@@ -63,6 +63,10 @@ def test_warmup_then_grpo_then_resume(tiny_policy: str, tmp_path: Path) -> None:
 
     first = run(_config(tiny_policy, out, sft_warmup_steps=1), out, client_factory=factory)
     warm = _lora(out / "warmup" / "adapter")
+    stats = json.loads((out / "warmup" / "stats.json").read_text())
+    assert stats["steps"] == 1 and stats["steps_trained"] == 1 and stats["epochs"] is None
+    assert stats["max_completion_length"] == 8
+    assert stats["over_completion_limit_share"] == 1.0  # every CER target is longer than 8 tokens
     after_grpo = _lora(first.final_dir)
     assert warm.keys() == after_grpo.keys() and warm
     assert any(not torch.equal(warm[k], after_grpo[k]) for k in warm), "GRPO must move the LoRA weights"
@@ -80,6 +84,22 @@ def test_warmup_then_grpo_then_resume(tiny_policy: str, tmp_path: Path) -> None:
     assert resumed.resumed_from is not None and resumed.resumed_from.endswith("checkpoint-1")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+
+
+def test_warmup_by_epochs_runs_the_whole_set_and_measures_the_targets(tiny_policy: str, tmp_path: Path) -> None:
+    from policy_trainer.runner import load_policy, lora_config
+    from policy_trainer.warmup import run_warmup, warmup_adapter_path
+
+    out = tmp_path / "epochs"
+    cfg = _config(tiny_policy, out, sft_warmup_epochs=1.0, max_completion_length=96)
+    model, tokenizer, _ = load_policy(cfg)
+    run_warmup(cfg, model, tokenizer, out, lora_config(cfg))
+    stats = json.loads((out / "warmup" / "stats.json").read_text())
+    assert stats["steps"] is None and stats["epochs"] == 1.0 and stats["rows"] == stats["targets"] > 0
+    assert stats["tokens_p50"] <= stats["tokens_p95"] <= stats["tokens_max"]
+    assert 0.0 <= stats["over_completion_limit_share"] <= 1.0
+    assert stats["steps_trained"] == -(-stats["rows"] // 4)  # one pass over the set in batches of 4
+    assert (warmup_adapter_path(out) / "adapter_config.json").is_file()
 
 
 def test_dead_reward_server_gives_none_rewards_and_training_goes_on(tiny_policy: str, tmp_path: Path) -> None:
