@@ -163,16 +163,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summarise_completions(path: Path) -> dict[str, Any]:
     """Degenerate share and whether the reward pays for degenerate completions, from a completions file (module
-    docstring); rewards that are None (unscored) are left out of the pairs."""
-    groups: dict[tuple[int, int], list[tuple[bool, float | None]]] = {}
+    docstring); rewards that are None (unscored) are left out of the pairs. A group is a run of consecutive lines
+    with one (call, group): a resumed run counts its calls from 1 again and appends to the same file."""
+    groups: list[list[tuple[bool, float | None]]] = []
+    last: tuple[int, int] | None = None
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             c = json.loads(line)
-            groups.setdefault((c["call"], c["group"]), []).append((is_degenerate(c.get("mark")), c.get("reward")))
-    items = [x for g in groups.values() for x in g]
+            if (c["call"], c["group"]) != last:
+                groups.append([])
+                last = (c["call"], c["group"])
+            groups[-1].append((is_degenerate(c.get("mark")), c.get("reward")))
+    items = [x for g in groups for x in g]
     wins = pairs = 0.0
     mixed = 0
-    for g in groups.values():
+    for g in groups:
         bad = [r for d, r in g if d and r is not None]
         good = [r for d, r in g if not d and r is not None]
         mixed += bool(bad and good)

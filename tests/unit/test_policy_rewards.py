@@ -304,10 +304,11 @@ def test_run_summary_says_whether_the_reward_pays_for_degenerate_completions(tmp
 
     rows = [  # group (1, 0): a degenerate completion beats one other and ties one; group (1, 1): none degenerate
         (1, 0, "degenerate/stage_label", 2.0), (1, 0, None, 1.0), (1, 0, None, 2.0), (1, 0, "generic/template", None),
-        (1, 1, None, 0.5), (1, 1, "echo/echo", 0.1)]
+        (1, 1, None, 0.5), (1, 1, "echo/echo", 0.1),
+        (1, 0, None, 9.0)]  # a resumed run appends its call 1 again: another group, not group (1, 0)
     path = tmp_path / "completions.jsonl"
     path.write_text("".join(json.dumps({"call": c, "group": g, "mark": m, "reward": r}) + "\n" for c, g, m, r in rows))
     s = summarise_completions(path)
-    assert s["completions"] == 6 and s["groups"] == 2 and s["degenerate_share"] == pytest.approx(2 / 6)
+    assert s["completions"] == 7 and s["groups"] == 3 and s["degenerate_share"] == pytest.approx(2 / 7)
     assert s["groups_with_both"] == 1 and s["degenerate_wins_share"] == pytest.approx(0.75)
-    assert s["reward_mean_degenerate"] == 2.0 and s["reward_mean_other"] == pytest.approx(3.6 / 4)
+    assert s["reward_mean_degenerate"] == 2.0 and s["reward_mean_other"] == pytest.approx(12.6 / 5)
