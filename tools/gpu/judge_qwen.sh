@@ -158,7 +158,8 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
     "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
   # the same warm-up as (1) where it is on this machine, else retrained with the same settings and seed
   local warm=""; [ -d $R/grpo1-run/warmup/adapter ] && warm=$R/grpo1-run
-  JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$warm grpo grpo2 & pids+=($!)
+  # ADV_GRPO2=0 skips it (it needs the vLLM and SmolLM2 staging parts and ~9 min of the card)
+  [ "${ADV_GRPO2:-1}" = 1 ] && { JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$warm grpo grpo2 & pids+=($!); }
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
 }
