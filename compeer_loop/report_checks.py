@@ -127,6 +127,7 @@ def judge_verified(root: Path, arms: list[str], grpo: dict[str, bool]) -> dict[s
 
 
 def figure_of(figs: dict[str, dict[str, Any]], policy: str, key: str) -> dict[str, Any] | None:
+    """A policy's figure ``key`` (value and interval), None when it was not measured."""
     f = figs.get(policy, {}).get("figures", {}).get(key)
     return f if f and f.get("value") is not None else None
 

@@ -126,6 +126,9 @@ train() {  # train DIR BUDGET_S [more policy_trainer args]: the GRPO run of this
     --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true \
     "$@"
 }
+reuse_warmup() {  # reuse_warmup FROM_RUN TO_RUN: the SFT warm-up adapter copied, so TO_RUN starts from it instead of training its own
+  mkdir -p "$2"/warmup && cp -r "$1"/warmup/adapter "$2"/warmup/
+}
 collect() {  # collect DIR SUFFIX: metrics, summary and plots to $OUT
   cp "$1"/metrics.jsonl "$OUT"/metrics$2.jsonl 2>/dev/null
   cp "$1"/summary.json "$OUT"/summary$2.json 2>/dev/null
@@ -163,9 +166,7 @@ run)  # one GRPO run against the judge server, in RUN_DIR (default /tmp/run); WA
   # warm-up adapter this run starts from (copied; not retrained)
   T0=$(date +%s) RUN=${RUN_DIR:-/tmp/run}
   start_server || exit 1
-  if [ -n "${WARMUP_FROM:-}" ]; then
-    mkdir -p "$RUN"/warmup && cp -r "$WARMUP_FROM"/warmup/adapter "$RUN"/warmup/ || exit 1
-  fi
+  if [ -n "${WARMUP_FROM:-}" ]; then reuse_warmup "$WARMUP_FROM" "$RUN" || exit 1; fi
   train "$RUN" "$(budget_left)" ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
   echo "train exit $?"
   collect "$RUN" ""
@@ -183,7 +184,7 @@ with each .gpu-vllm/pK first (docs/gpu.md)" >&2; exit 1; }
   train /tmp/run-hf "$(( $(budget_left) - ${VLLM_RUN_RESERVE_S:-200} ))" > "$OUT"/train-hf.log 2>&1
   echo "transformers generation: train exit $?"
   collect /tmp/run-hf -hf
-  mkdir -p /tmp/run-vllm/warmup && cp -r /tmp/run-hf/warmup/adapter /tmp/run-vllm/warmup/ || exit 1
+  reuse_warmup /tmp/run-hf /tmp/run-vllm || exit 1
   # TRL's colocate mode runs vLLM under torch.distributed's one-process launch (external_launcher)
   RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} \
     train /tmp/run-vllm "$(budget_left)" --set use_vllm=true --set vllm_mode=colocate \

@@ -212,30 +212,21 @@ start)
   sleep 5
   wait_pipeline
   ;;
-finish)  # prepare, then finish() in the background; waits like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto)
+finish|adversarial)  # prepare, then finish() / adversarial() in the background (`$1-run`, log $R/$1.log); waits
+  # like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto; adversarial after tools/gpu/vllm_judge.sh stage, and
+  # `ADAPTER=unified-adv collect` brings its retrained adapter)
   prepare || exit 1
   # the generated gRPC code (carry compeer_proto) kept where the background run finds it whatever later calls carry
   [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
   [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf .gpu-loop/loop-data.tar.xz \
     -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
-  setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh finish-run; then r=ok; else r=FAILED; fi
-    echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/finish.log 2>&1 < /dev/null &
+  setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh '"$1"'-run; then r=ok; else r=FAILED; fi
+    echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/"$1".log 2>&1 < /dev/null &
   sleep 5
   wait_pipeline
   ;;
 finish-run)
   finish
-  ;;
-adversarial)  # prepare, then adversarial() in the background; waits like `wait` (carry .gpu-judge, .gpu-loop,
-  # compeer_proto, after tools/gpu/vllm_judge.sh stage); `ADAPTER=unified-adv collect` brings the retrained adapter
-  prepare || exit 1
-  [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
-  [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf .gpu-loop/loop-data.tar.xz \
-    -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
-  setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh adversarial-run; then r=ok; else r=FAILED; fi
-    echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/adversarial.log 2>&1 < /dev/null &
-  sleep 5
-  wait_pipeline
   ;;
 adversarial-run)
   adversarial
