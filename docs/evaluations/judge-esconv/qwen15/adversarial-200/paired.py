@@ -1,0 +1,34 @@
+"""Paired comparison of two judge-eval runs on the same items: per component the accuracy of each, the difference
+with a paired bootstrap 95% interval over items, and the exact McNemar p (binomial test on discordant items)."""
+import json, random, sys
+from datasets import load_from_disk
+from scipy.stats import binomtest
+sys.path.insert(0, "/work/main")
+from reward_trainer.predict import item_key, gold_of
+
+data, a_path, b_path = sys.argv[1:4]
+dsd = load_from_disk(data)
+gold = {}
+for row in dsd["heldout"]:
+    g = gold_of(row["labels"])
+    gold[item_key(row["dialogue_id"], row["candidate"])] = {k: str(getattr(v, "value", v)) for k, v in g.items()}
+def preds(p):
+    return {r["key"]: r["verdicts"] for r in map(json.loads, open(p)) if r.get("variant") == "unified"}
+A, B = preds(a_path), preds(b_path)
+keys = [k for k in A if k in B]
+print(f"items in both: {len(keys)}")
+rng = random.Random(0)
+out = {}
+for comp in ("step1", "step2", "step3", "preference"):
+    ks = [k for k in keys if comp in gold.get(k, {})]
+    ca = [A[k].get(comp) == gold[k][comp] for k in ks]
+    cb = [B[k].get(comp) == gold[k][comp] for k in ks]
+    n = len(ks); d = [x - y for x, y in zip(ca, cb)]
+    boots = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(5000))
+    b10 = sum(1 for x, y in zip(ca, cb) if x and not y); b01 = sum(1 for x, y in zip(ca, cb) if y and not x)
+    p = binomtest(b10, b10 + b01).pvalue if b10 + b01 else 1.0
+    out[comp] = {"n": n, "acc_a": sum(ca) / n, "acc_b": sum(cb) / n, "diff": sum(d) / n,
+                 "ci95": [boots[124], boots[4874]], "a_only": b10, "b_only": b01, "mcnemar_p": p}
+    print(f"{comp}: n {n}  A {100*sum(ca)/n:.1f}  B {100*sum(cb)/n:.1f}  diff {100*sum(d)/n:+.1f} "
+          f"[{100*boots[124]:+.1f}, {100*boots[4874]:+.1f}]  A-only {b10} B-only {b01}  McNemar p {p:.3g}")
+json.dump(out, open(sys.argv[4], "w"), indent=1) if len(sys.argv) > 4 else None
