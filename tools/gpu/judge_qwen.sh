@@ -18,7 +18,9 @@
 #           alone on the card (BENCH=0 skips it), then the judges' pipeline (TRAIN_JUDGES=0 skips it; e.g.
 #           VARIANTS='prm orm' STEPS=200) beside a GRPO run of GRPO_STEPS against the served default judge; `wait`
 #   adversarial  same carry as finish: the adversarial round (adversarial() below); `wait`, then `collect` and
-#           `ADAPTER=unified-adv collect` for the retrained adapter
+#           `ADAPTER=unified-adv collect` for the retrained adapter; SHIPPED_CARD=N (several cards) measures the
+#           shipped judge on card N while the new one trains; both judges' per-item verdicts come back in
+#           predictions.tar.xz
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -147,15 +149,27 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv pids=() rc=0
   # the shipped judge's steps (its compeer_judge.json), so that only the training data differs
   local steps; steps=$(python3 -c 'import json; print(json.load(open("'$shipped'/compeer_judge.json"))["steps"])')
+  # both judges as they ship (LoRA weights in bfloat16) on the same valid items and contrast groups; SHIPPED_CARD (a
+  # card index): the shipped judge's two measurements run there at once, beside the training (a multi-GPU machine)
+  local contrast=(--groups $R/data2/contrast/groups.jsonl --no-base --max-items "${CONTRAST_GROUPS:-120}")
+  if [ -n "${SHIPPED_CARD:-}" ]; then
+    CUDA_VISIBLE_DEVICES=$SHIPPED_CARD python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped \
+      --adapter $shipped --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!)
+    CUDA_VISIBLE_DEVICES=$SHIPPED_CARD python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" \
+      --out $R/contrast-shipped --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-shipped.log 2>&1 & pids+=($!)
+  fi
   [ -d $R/unified-adv-bf16 ] || STEPS=${STEPS:-$steps} D=$D2 train unified unified-adv || return 1
-  # both judges as they ship: LoRA weights in bfloat16
   python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv-bf16 \
     --adapter reply=$R/unified-adv-bf16 --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
-  python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped --adapter $shipped \
-    --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!)
-  python3 -m reward_trainer.cli judge-contrast --groups $R/data2/contrast/groups.jsonl --out $R/contrast-adv \
-    --adapter adversarial=$R/unified-adv-bf16 --adapter shipped=$shipped --no-base --max-items "${CONTRAST_GROUPS:-120}" \
-    "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
+  if [ -n "${SHIPPED_CARD:-}" ]; then
+    python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
+      --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
+  else
+    python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped --adapter $shipped \
+      --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!)
+    python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
+      --adapter adversarial=$R/unified-adv-bf16 --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
+  fi
   # the same warm-up as (1) where it is on this machine, else retrained with the same settings and seed
   local warm=""; [ -d $R/grpo1-run/warmup/adapter ] && warm=$R/grpo1-run
   # ADV_GRPO2=0 skips it (it needs the vLLM and SmolLM2 staging parts and ~9 min of the card)
@@ -172,10 +186,13 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
       orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
-      grpo1 grpo2 adv-pn data2/counts.txt build2.log eval-adv eval-shipped contrast-adv \
+      grpo1 grpo2 adv-pn data2/counts.txt build2.log eval-adv eval-shipped contrast-adv contrast-shipped \
       unified-adv/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
+  # the two judges' per-item verdicts on the same valid items (for a paired comparison), xz-compressed
+  local p=(); for x in eval-adv eval-shipped; do [ -f $R/$x/predictions.jsonl ] && p+=("$x/predictions.jsonl"); done
+  [ ${#p[@]} -gt 0 ] && tar -cJf "$OUT"/predictions.tar.xz -C $R "${p[@]}"
   if [ -d $R/"${ADAPTER:-unified}"-bf16 ]; then  # one adapter a call: ADAPTER=prm / orm for the others
     tar -cf - -C $R "${ADAPTER:-unified}"-bf16 | split -b 15M -d - "$OUT"/"${ADAPTER:-unified}"-adapter.tar.part-
   fi
