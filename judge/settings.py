@@ -199,13 +199,13 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
             group.description = f"{group.description or ''}environment only: env {o.env}: {o.help}. "
         elif o.negated:
             group.add_argument(o.flag, dest=o.dest, action="store_false", default=default,
-                               help=f"turn off: {o.help} (on by default; env {o.env}=false)")
+                               help=_escaped(f"turn off: {o.help} (on by default; env {o.env}=false)"))
             if o.flag.startswith("--no-"):  # ``--<name>`` turns it back on (an alias: a script may say so)
                 group.add_argument("--" + o.flag.removeprefix("--no-"), dest=o.dest, action="store_true",
                                    help=argparse.SUPPRESS)
         elif o.kind is bool:
             group.add_argument(o.flag, dest=o.dest, action="store_true", default=default,
-                               help=f"{o.help} (off by default; env {o.env}=true)")
+                               help=_escaped(f"{o.help} (off by default; env {o.env}=true)"))
             # ``--no-<name>`` turns it back off (an alias: a script may say so explicitly)
             group.add_argument("--no-" + o.flag.removeprefix("--"), dest=o.dest, action="store_false",
                                help=argparse.SUPPRESS)
@@ -213,11 +213,16 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, environ: Mapping[s
             group.add_argument(o.flag, dest=o.dest, type=_converter(o), default=default,
                                nargs="*" if o.many else None,
                                metavar=("{" + ",".join(o.choices) + "}") if o.choices else None,
-                               help=f"{o.help} (default: {_plain(o.default)}; env {o.env})")
+                               help=_escaped(f"{o.help} (default: {_plain(o.default)}; env {o.env})"))
         for alias, value in o.aliases:  # deprecated switches: hidden, they warn once and set the value
             group.add_argument(alias, dest=o.dest, nargs=0, const=value, help=argparse.SUPPRESS,
                                action=_deprecated_switch(o.flag))
     return opts
+
+
+def _escaped(text: str) -> str:
+    """A help text as argparse prints it literally (it %-formats help strings: a plain "99.5%" breaks ``--help``)."""
+    return text.replace("%", "%%")
 
 
 _warned: set[str] = set()

@@ -144,3 +144,22 @@ def test_judge_settings_are_validated_where_they_are_defined() -> None:
     for make in (lambda: EngineChoice(max_retries=11), lambda: RetryPolicy(max_retries=11)):
         with pytest.raises(ValueError, match="11: expected 0-10"):
             make()
+
+
+@pytest.mark.parametrize("module", ["compeer_loop.cli", "data_builder.cli", "evaluator.cli", "policy_trainer.cli",
+                                    "reward_server.cli", "reward_trainer.cli"])
+def test_every_subcommand_prints_its_help(module: str) -> None:
+    """argparse %-formats help strings: a setting whose help says "99.5%" once broke `compeer-loop plan --help`."""
+    import argparse
+    import importlib
+
+    todo = [importlib.import_module(module).make_parser()]
+    seen = 0
+    while todo:
+        p = todo.pop()
+        assert p.format_help(), p.prog  # raises TypeError/ValueError on a stray "%"
+        seen += 1
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    assert seen >= 1

@@ -111,7 +111,44 @@ import_parts() {  # restore what an earlier machine exported (checked against it
   echo "import: warm-up restored in $L/a/warmup/adapter${PRM_ADAPTER:+; PRM $PRM_ADAPTER, ORM ${ORM_ADAPTER:-}}"
 }
 
-case "${1:?pack|install|stage|start|wait|resume|stop|export|import}" in
+warmup_probe() {  # arm (a) alone, no judge: the warm-up (issue 26 item 2), then the base policy's and the warm-up
+  # policy's greedy answers to the eval prompts (evaluator harness: format, named strategy), in $L/eval/NAME/answers.jsonl
+  $LOOP plan --root $L --prompts $D --arms a --eval-policies base a --independent-scorer none --esc-cards 0 \
+    --embedding-model "$S"/minilm-q8 ${LOOP_ARGS:-} || return 1
+  [ -f $L/a/warmup/adapter/adapter_config.json ] || $LOOP warmup --root $L || return 1
+  python3 - $L <<'PY'
+import asyncio, json, sys, time
+from pathlib import Path
+from compeer_loop.evaluate import generate
+from compeer_loop.runner import load_settings
+root = Path(sys.argv[1]); s = load_settings(root)
+for name in ("a", "base"):
+    out = root / "eval" / name; out.mkdir(parents=True, exist_ok=True); t0 = time.time()
+    records = asyncio.run(generate(root, s, name, out))
+    with (out / "answers.jsonl").open("w") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    print(f"{name}: {len(records)} answers in {time.time() - t0:.0f} s", flush=True)
+PY
+}
+
+probe_collect() {
+  ( cd $L && ls plan.json a/warmup/stats.json a/*.log eval/*/answers.jsonl probe.log 2>/dev/null \
+    | tar -cJf "$OUT"/probe.tar.xz -T - ); tail -n 15 $L/probe.log; ls -l "$OUT"
+}
+
+case "${1:?pack|install|stage|start|wait|resume|stop|export|import|probe|probe-wait}" in
+probe)  # the warm-up probe in the background (setsid), then waits like probe-wait
+  prepare_policy() { bash tools/gpu/device_evidence.sh prepare && python3 -m judge.model_store bfloat16 --model smollm2-135m --adapter none; }
+  prepare_policy > $L/probe.log 2>&1 || { tail $L/probe.log; exit 1; }
+  T=$(declare -f warmup_probe); setsid nohup bash -c "$(declare -p L D S LOOP); $T; T0=\$(date +%s); \
+    if warmup_probe; then r=ok; else r=FAILED; fi; echo \"\$r after \$(( \$(date +%s) - T0 )) s\" > $L/PROBE_DONE" \
+    >> $L/probe.log 2>&1 < /dev/null &
+  ;&
+probe-wait)
+  while [ ! -f $L/PROBE_DONE ] && [ $(( $(date +%s) - T_CALL )) -lt "${CALL_BUDGET_S:-540}" ]; do sleep 10; done
+  cat $L/PROBE_DONE 2>/dev/null; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+  probe_collect
+  ;;
 pack)  # here, not on the device
   X=$(git rev-parse --git-path info/exclude) && mkdir -p .gpu-loop "$(dirname "$X")" || exit 1
   grep -qx '/.gpu-loop/' "$X" 2>/dev/null || echo '/.gpu-loop/' >> "$X"   # a worktree shares the main exclude file
