@@ -8,6 +8,7 @@ logprobs and keeps, per component, the probability of each verdict label (:func:
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from cer.reasoning import ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import STEP_LABELS, Preference, Verdict, parse_verdicts
 from judge.engines.base import Engine, GenParams, Message
-from judge.generation import RetryPolicy, content_key, generate_validated, sampling_fields
+from judge.generation import RetryPolicy, Validated, content_key, generate_validated, sampling_fields
 from judge.protocol import (
     PREFERENCE,
     REPLY,
@@ -112,7 +113,8 @@ class Judge:
         :meth:`judgment_key` hashes (one source, so the key cannot leave out what the engine is sent)."""
         top_k = min(VERDICT_TOP_K, self.engine.max_logprobs) if self.graded else None
         return [(plan, round_params(self.settings, self.engine, plan.components, logprobs=top_k))
-                for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed)]
+                for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed,
+                                        independent=self.settings.independent_rounds)]
 
     def judgment_key(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
                      mode: JudgeMode) -> str | None:
@@ -146,25 +148,40 @@ class Judge:
         """
         out = CandidateJudgment()
         policy = retry_policy(self.settings)
-        messages: list[Message] = [{"role": "system", "content": self.template.system}]
-        graded = self.graded
-        for plan, params in self._rounds(history, reference, parsed, mode):
+        system: Message = {"role": "system", "content": self.template.system}
+        rounds = self._rounds(history, reference, parsed, mode)
+
+        async def run(messages: list[Message], plan: RoundPlan, params: GenParams) -> Validated[list[Verdict | None]]:
+            return await generate_validated(self.engine, messages, params, _all_verdicts(plan), policy,
+                                            request_id=f"judge-{next(self._ids)}")
+
+        if self.settings.independent_rounds:  # every round at once, each after the system message alone
+            results = await asyncio.gather(*(run([system, {"role": "user", "content": plan.user}], plan, params)
+                                             for plan, params in rounds))
+            for (plan, _), result in zip(rounds, results):
+                self._record(out, plan, result)
+            return out
+        messages: list[Message] = [system]
+        for plan, params in rounds:
             messages.append({"role": "user", "content": plan.user})
-            result = await generate_validated(self.engine, messages, params, _all_verdicts(plan), policy,
-                                              request_id=f"judge-{next(self._ids)}")
-            out.generations += result.generations
-            if result.engine_error is not None:
-                raise result.engine_error
-            verdicts = result.value if result.value is not None else parse_verdicts(result.text, plan.kinds)
-            dists = label_distributions(result.text, result.tokens if result.ok else None, plan.kinds)
+            result = await run(messages, plan, params)
+            self._record(out, plan, result)
             messages.append({"role": "assistant", "content": result.text})
-            out.texts.append(result.text)
-            for c, v, d in zip(plan.components, verdicts, dists):
-                out.verdicts[c] = v
-                out.judged.add(c)
-                if graded:
-                    out.probs[c] = d
         return out
+
+    def _record(self, out: CandidateJudgment, plan: RoundPlan, result: Validated[list[Verdict | None]]) -> None:
+        """A round's outcome into ``out`` (raising the engine's error, if it failed)."""
+        out.generations += result.generations
+        if result.engine_error is not None:
+            raise result.engine_error
+        verdicts = result.value if result.value is not None else parse_verdicts(result.text, plan.kinds)
+        dists = label_distributions(result.text, result.tokens if result.ok else None, plan.kinds)
+        out.texts.append(result.text)
+        for c, v, d in zip(plan.components, verdicts, dists):
+            out.verdicts[c] = v
+            out.judged.add(c)
+            if self.graded:
+                out.probs[c] = d
 
 
 def _all_verdicts(plan: RoundPlan) -> Callable[[str], list[Verdict | None] | None]:

@@ -126,10 +126,12 @@ def _step_text(template: Template, taxonomy: Taxonomy, index: int, content: str,
 
 
 def plan_rounds(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],
-                reference: str | None, parsed: ParsedOutput) -> list[RoundPlan]:
+                reference: str | None, parsed: ParsedOutput, independent: bool = False) -> list[RoundPlan]:
     """The rounds that judge a candidate in ``mode``; parts missing from the candidate get no round.
 
-    The first round's message starts with the conversation (shared prefix across the group and rounds).
+    The first round's message starts with the conversation (shared prefix across the group and rounds); with
+    ``independent`` (:attr:`JudgeSettings.independent_rounds`) every round's message does, since each round is then
+    sent on its own, after the system message alone.
     """
     wanted: list[str] = []
     if mode.judges_reply:
@@ -163,7 +165,8 @@ def plan_rounds(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history
         rounds = [RoundPlan((c,), body(c)) for c in wanted]
     if rounds:
         context = template.context.format(history=render_history(history, template.history_turns))
-        rounds[0] = RoundPlan(rounds[0].components, f"{context}\n\n{rounds[0].user}")
+        rounds = [RoundPlan(r.components, f"{context}\n\n{r.user}") if i == 0 or independent else r
+                  for i, r in enumerate(rounds)]
     return rounds
 
 
@@ -224,6 +227,11 @@ class JudgeSettings:
     verdict_probs: bool = setting(True, help="ask the engine for the verdict token's probabilities (top-k logprobs) "
                                              "where it can, for graded rewards (off, or an engine without logprobs: "
                                              "discrete rewards only)")
+    independent_rounds: bool = setting(False, help=(
+        "send every round of a candidate at once, each after the system message and the conversation alone, "
+        "instead of one after another with the earlier rounds' answers in its context: a judgment then waits for "
+        "its longest round instead of the sum of its rounds (issue 27), but the judge is trained on the "
+        "sequential conversation, so verdicts can differ (agreement measured in docs/reward_server.md)"))
 
     def __post_init__(self) -> None:
         """The one place judge settings are checked; ValueError naming the setting and what it expects."""

@@ -106,3 +106,46 @@ async def test_judge_puts_the_rationale_bound_where_the_engine_takes_it(line_bou
     await judge.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.PRM)
     sent = {(c.params.regex, c.params.max_line_chars) for c in engine.calls}
     assert sent == {round_constraint(("step1",), 100, line_bound)} and len(engine.calls) == 3
+
+
+async def test_independent_rounds_are_sent_at_once_each_with_the_conversation() -> None:
+    """independent_rounds: every round after the system message and the conversation alone, all in flight at once;
+    the same verdicts land on the same components, and the judgment's cache key differs from the sequential one."""
+    def answer(messages: list[dict[str, str]], params: object) -> str:
+        user = messages[-1]["content"]
+        verdict = "both_good" if "Which reply better supports" in user else \
+            ("False" if "Step 2, emotional state" in user else "True")
+        return f"Rationale: ok.\nVerdict: {verdict}"
+
+    template, taxonomy = load_template(), load_taxonomy()
+    sequential = FakeEngine(answer, delay=0.05)
+    independent = FakeEngine(answer, delay=0.05)
+    await sequential.start()
+    await independent.start()
+    seq = Judge(sequential, template, taxonomy, JudgeSettings())
+    ind = Judge(independent, template, taxonomy, JudgeSettings(independent_rounds=True))
+    a = await seq.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED)
+    b = await ind.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED)
+    assert list(b.verdicts) == list(a.verdicts) == ["step1", "step2", "step3", "preference"]
+    assert b.verdicts == a.verdicts
+    # sequential: round k carries the k-1 earlier rounds (user + assistant); independent: system + one user each
+    assert [len(c.messages) for c in sequential.calls] == [2, 4, 6, 8]
+    assert [len(c.messages) for c in independent.calls] == [2, 2, 2, 2]
+    assert all(c.messages[1]["content"].startswith("Conversation so far:\nSeeker: I have exams")
+               for c in independent.calls)
+    assert [c.messages[-1]["content"].split("\n\n", 1)[1] for c in independent.calls[1:]] == \
+        [c.messages[-1]["content"] for c in sequential.calls[1:]]
+    assert seq.judgment_key(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED) != \
+        ind.judgment_key(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED)
+
+
+async def test_independent_rounds_overlap_in_time() -> None:
+    """The rounds of one candidate are in flight together: four rounds of 0.2 s take about one round's time."""
+    import time
+
+    engine = FakeEngine(lambda messages, params: "Rationale: ok.\nVerdict: True", delay=0.2)
+    await engine.start()
+    judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings(independent_rounds=True))
+    t0 = time.perf_counter()
+    await judge.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.PRM)
+    assert time.perf_counter() - t0 < 0.5 and len(engine.calls) == 3

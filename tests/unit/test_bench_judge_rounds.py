@@ -1,0 +1,28 @@
+"""bench.judge_rounds' arithmetic: decode positions per path and verdict agreement (the engine run is the bench's)."""
+
+from __future__ import annotations
+
+from bench.judge_rounds import agreement, positions
+from cer.verdicts import Preference
+from judge.conversation import CandidateJudgment
+
+
+def test_positions_are_the_sum_of_rounds_when_sequential_and_the_longest_when_independent() -> None:
+    texts = ["a b c", "a", "a b"]  # 3, 1, 2 words -> tokens, + 1 end token each
+
+    def count(t: str) -> int:
+        return len(t.split())
+
+    assert positions(texts, independent=False, count=count) == 4 + 2 + 3
+    assert positions(texts, independent=True, count=count) == 4
+    assert positions([], independent=True, count=count) == 0
+
+
+def test_agreement_counts_equal_parsed_verdicts_per_component() -> None:
+    a = [CandidateJudgment(verdicts={"step1": True, "preference": Preference.FIRST}),
+         CandidateJudgment(verdicts={"step1": False, "preference": None})]
+    b = [CandidateJudgment(verdicts={"step1": True, "preference": Preference.SECOND}),
+         CandidateJudgment(verdicts={"step1": False, "preference": None})]
+    got = agreement(a, b)
+    assert got["step1"] == {"candidates": 2, "same": 2, "share": 1.0}
+    assert got["preference"] == {"candidates": 2, "same": 0, "share": 0.0}  # an unparsed verdict never agrees
