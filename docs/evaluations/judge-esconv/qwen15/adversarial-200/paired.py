@@ -1,5 +1,7 @@
 """Paired comparison of two judge-eval runs on the same items: per component the accuracy of each, the difference
-with a paired bootstrap 95% interval over items, and the exact McNemar p (binomial test on discordant items)."""
+with a paired bootstrap 95% interval over items, the exact McNemar p (binomial test on discordant items), and the
+share of items where the two runs gave the same verdict (agreement, whatever the gold label).
+    python paired.py JUDGE_SFT_DIR A/predictions.jsonl B/predictions.jsonl [OUT.json]"""
 import json, random, sys
 from datasets import load_from_disk
 from scipy.stats import binomtest
@@ -27,8 +29,11 @@ for comp in ("step1", "step2", "step3", "preference"):
     boots = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(5000))
     b10 = sum(1 for x, y in zip(ca, cb) if x and not y); b01 = sum(1 for x, y in zip(ca, cb) if y and not x)
     p = binomtest(b10, b10 + b01).pvalue if b10 + b01 else 1.0
+    same = sum(1 for k in ks if A[k].get(comp) is not None and A[k].get(comp) == B[k].get(comp))
     out[comp] = {"n": n, "acc_a": sum(ca) / n, "acc_b": sum(cb) / n, "diff": sum(d) / n,
-                 "ci95": [boots[124], boots[4874]], "a_only": b10, "b_only": b01, "mcnemar_p": p}
+                 "ci95": [boots[124], boots[4874]], "a_only": b10, "b_only": b01, "mcnemar_p": p,
+                 "same_verdict": same, "agreement": same / n}
     print(f"{comp}: n {n}  A {100*sum(ca)/n:.1f}  B {100*sum(cb)/n:.1f}  diff {100*sum(d)/n:+.1f} "
-          f"[{100*boots[124]:+.1f}, {100*boots[4874]:+.1f}]  A-only {b10} B-only {b01}  McNemar p {p:.3g}")
+          f"[{100*boots[124]:+.1f}, {100*boots[4874]:+.1f}]  A-only {b10} B-only {b01}  McNemar p {p:.3g}  "
+          f"same verdict {same}/{n}")
 json.dump(out, open(sys.argv[4], "w"), indent=1) if len(sys.argv) > 4 else None
