@@ -1,12 +1,16 @@
 """Paired comparison of two judge-eval runs on the same items: per component the accuracy of each, the difference
 with a paired bootstrap 95% interval over items, the exact McNemar p (binomial test on discordant items), and the
 share of items where the two runs gave the same verdict (agreement, whatever the gold label).
-    python paired.py JUDGE_SFT_DIR A/predictions.jsonl B/predictions.jsonl [OUT.json]"""
-import json, random, sys
+    PYTHONPATH=. python docs/evaluations/judge-esconv/qwen15/adversarial-200/paired.py JUDGE_SFT_DIR/unified \
+        A/predictions.jsonl B/predictions.jsonl [OUT.json]      # from the repository root"""
+import json
+import random
+import sys
+
 from datasets import load_from_disk
 from scipy.stats import binomtest
-sys.path.insert(0, "/work/main")
-from reward_trainer.predict import item_key, gold_of
+
+from reward_trainer.predict import gold_of, item_key
 
 data, a_path, b_path = sys.argv[1:4]
 dsd = load_from_disk(data)
@@ -36,4 +40,6 @@ for comp in ("step1", "step2", "step3", "preference"):
     print(f"{comp}: n {n}  A {100*sum(ca)/n:.1f}  B {100*sum(cb)/n:.1f}  diff {100*sum(d)/n:+.1f} "
           f"[{100*boots[124]:+.1f}, {100*boots[4874]:+.1f}]  A-only {b10} B-only {b01}  McNemar p {p:.3g}  "
           f"same verdict {same}/{n}")
-json.dump(out, open(sys.argv[4], "w"), indent=1) if len(sys.argv) > 4 else None
+if len(sys.argv) > 4:
+    with open(sys.argv[4], "w") as fh:
+        json.dump(out, fh, indent=1)
