@@ -131,7 +131,8 @@ class RewardCore:
                             template_version=self.template.version, modes=list(self.modes),
                             default_mode=self.config.default_mode, limits=self.config.limits,
                             sampling=self.sampling, version=__version__, cache=self.cache.kind,
-                            embedding_model=self.embedder.model_id if self.embedder else "off", graded=self.graded)
+                            embedding_model=self.embedder.model_id if self.embedder else "off", graded=self.graded,
+                            independent_rounds=self.config.judge.independent_rounds)
 
     # ---- scoring ------------------------------------------------------------------------------------------------
     def timeout_for(self, timeout_ms: int, transport_timeout_s: float | None) -> float:

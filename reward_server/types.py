@@ -246,13 +246,15 @@ class InfoResponse:
     cache: str
     embedding_model: str
     graded: bool = False  # graded rewards are served
+    independent_rounds: bool = False  # each round judged from the conversation alone (JudgeSettings.independent_rounds)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "adapter": self.adapter, "backend": self.backend,
                 "template_version": self.template_version, "modes": [m.value for m in self.modes],
                 "default_mode": self.default_mode.value, "limits": self.limits.to_json(),
                 "sampling": self.sampling.to_json(), "version": self.version, "cache": self.cache,
-                "embedding_model": self.embedding_model, "graded": self.graded}
+                "embedding_model": self.embedding_model, "graded": self.graded,
+                "independent_rounds": self.independent_rounds}
 
 
 # ---- dialogue scoring (POST /v1/dialogues:score, ScoreDialogue; the logic is reward_server/dialogue.py) ----

@@ -233,7 +233,8 @@ def info_to_pb(info: InfoResponse) -> pb.InfoResponse:
                                            max_timeout_ms=L.max_timeout_ms,
                                            max_dialogue_turns=L.max_dialogue_turns, max_queries=L.max_queries),
                           sampling=_sampling_to_pb(info.sampling), version=info.version, cache=info.cache,
-                          embedding_model=info.embedding_model, graded=info.graded)
+                          embedding_model=info.embedding_model, graded=info.graded,
+                          independent_rounds=info.independent_rounds)
     if info.adapter is not None:
         msg.adapter = info.adapter
     return msg
@@ -247,4 +248,5 @@ def info_from_pb(m: pb.InfoResponse) -> InfoResponse:
                         limits=Limits(L.max_candidates, L.max_groups, L.max_history_turns, L.max_text_chars,
                                       L.max_timeout_ms, L.max_dialogue_turns, L.max_queries),
                         sampling=_sampling_from_pb(m.sampling), version=m.version, cache=m.cache,
-                        embedding_model=m.embedding_model, graded=m.graded)
+                        embedding_model=m.embedding_model, graded=m.graded,
+                        independent_rounds=m.independent_rounds)

@@ -241,6 +241,9 @@ class InfoResponse(_Response):
     embedding_model: str
     graded: bool = Field(default=False, description="graded rewards are served (the judge reads its verdict "
                                                     "probabilities)")
+    independent_rounds: bool = Field(default=False, description="each round is judged from the conversation alone "
+                                                                "(--independent-rounds), not after the earlier "
+                                                                "rounds' answers")
 
 
 class HealthStatus(_Response):

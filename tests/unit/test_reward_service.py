@@ -301,6 +301,19 @@ async def test_info_over_both_fronts(svc: Service) -> None:
     assert h == g
     assert h["limits"]["max_candidates"] == 64 and "unified" in h["modes"] and h["cache"] == "memory"
     assert "reply" in h["modes"] and h["limits"]["max_dialogue_turns"] == 65
+    assert h["independent_rounds"] is False
+
+
+async def test_independent_rounds_served_and_named_in_info() -> None:
+    """--independent-rounds: each round of a candidate reaches the engine after the system message alone, and Info
+    says so on both fronts (it is another judge: a trainer checks what it trains against)."""
+    async for s in make_service(independent_rounds=True):
+        r = await s.http.post("/v1/score", json=body([GOOD]))
+        assert r.status_code == 200 and r.json()["results"][0]["status"] == "ok"
+        assert [[m["role"] for m in c.messages] for c in s.engine.calls] == [["system", "user"]] * 4
+        assert all("Conversation so far" in c.messages[1]["content"] for c in s.engine.calls)
+        assert (await s.http.get("/v1/info")).json()["independent_rounds"] is True
+        assert convert.info_from_pb(await s.stub.Info(pb.InfoRequest())).independent_rounds is True
 
 
 async def test_redis_cache_real_and_down(redis_url: str) -> None:
