@@ -47,7 +47,8 @@ JUDGE_FILE = "judge.json"
 #: the judge mode a server is probed in (the mode its arm trains with)
 PROBE_MODE = {"prm": "prm", "orm": "orm"}
 #: Info fields recorded beside the identity
-SERVED_FIELDS = ("model", "revision", "adapter", "backend", "template_version", "graded", "embedding_model")
+SERVED_FIELDS = ("model", "revision", "adapter", "backend", "template_version", "graded", "embedding_model",
+                 "independent_rounds")
 
 
 class JudgeControlError(RuntimeError):
@@ -84,7 +85,8 @@ def expected_judge(j: JudgeServer, s: LoopSettings) -> ExpectedJudge:
 
 def check_served(expected: ExpectedJudge, info: dict[str, Any]) -> None:
     """Raise :class:`JudgeControlError` unless ``info`` (``/v1/info``) serves ``expected``'s base, revision and
-    adapter (an empty adapter counts as none)."""
+    adapter (an empty adapter counts as none), judging its rounds in sequence as it was trained to (never
+    ``--independent-rounds``: another judge)."""
     served_adapter = info.get("adapter") or None
     wrong = []
     if info.get("model") != expected.model:
@@ -94,6 +96,8 @@ def check_served(expected: ExpectedJudge, info: dict[str, Any]) -> None:
     if served_adapter != expected.adapter:
         want = expected.adapter or "none (the bare base)"
         wrong.append(f"adapter {want} expected, {served_adapter or 'none (the bare base)'} served")
+    if info.get("independent_rounds"):
+        wrong.append("sequential rounds expected, independent rounds served (--independent-rounds)")
     if wrong:
         raise JudgeControlError(f"judge {expected.server} does not serve what the plan says: " + "; ".join(wrong))
 

@@ -108,6 +108,8 @@ def test_a_served_judge_unlike_the_plan_is_named_expected_against_served() -> No
     served = {"model": bare.model, "revision": f"x+{bare.revision_hash}", "adapter": None}
     check_served(bare, served)
     check_served(bare, {**served, "adapter": ""})  # an empty adapter is none
+    with pytest.raises(JudgeControlError, match="independent rounds served"):
+        check_served(bare, {**served, "independent_rounds": True})
     with pytest.raises(JudgeControlError, match=rf"adapter none \(the bare base\) expected, {trained.adapter} served"):
         check_served(bare, {**served, "adapter": trained.adapter})  # the bug of issue 26: (b) against the trained judge
     with pytest.raises(JudgeControlError, match=rf"adapter {trained.adapter} expected, none"):
