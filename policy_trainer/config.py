@@ -171,6 +171,13 @@ class CompeerGRPOConfig(GRPOConfig):
                           "output) columns."},
     )
     sft_warmup_learning_rate: float = field(default=2e-4, metadata={"help": "Learning rate of the SFT warm-up."})
+    sft_warmup_max_length: int = field(
+        default=3072,
+        metadata={"help": "Longest warm-up row (prompt + target) in tokens; a longer row is cut from the right (its "
+                          "target loses its end) and one whose prompt alone reaches it is dropped. ESConv histories "
+                          "are long: at 1024, 66 of the loop's 2,730 rows were dropped and 102 cut (SmolLM2 tokens); "
+                          "the longest row is 2,145. OUT/warmup/stats.json counts both."},
+    )
 
     def __post_init__(self) -> None:
         self._validate_compeer_fields()
@@ -230,6 +237,8 @@ class CompeerGRPOConfig(GRPOConfig):
             raise ValueError(f"policy_dtype must be float32 or bfloat16 (got {self.policy_dtype!r})")
         if self.use_lora and (self.lora_r <= 0 or not self.lora_target_modules):
             raise ValueError("use_lora needs lora_r > 0 and at least one lora_target_modules entry")
+        if self.sft_warmup_max_length < 16:
+            raise ValueError(f"sft_warmup_max_length {self.sft_warmup_max_length}: expected >= 16 tokens")
         if self.sft_warmup_steps < 0:
             raise ValueError("sft_warmup_steps must be >= 0 (0 turns the SFT warm-up off)")
         if self.sft_warmup_epochs < 0 or (self.sft_warmup_steps > 0 and self.sft_warmup_epochs > 0):

@@ -44,6 +44,19 @@ def target_lengths(targets: list[str], tokenizer: PreTrainedTokenizerBase, limit
             "over_completion_limit_share": sum(n > limit for n in lengths) / len(lengths)}
 
 
+def row_lengths(dataset: Any, tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict[str, Any]:
+    """How the warm-up rows fit ``max_length`` tokens, in the chat template the trainer applies: rows whose prompt
+    alone reaches it (dropped: no target token left) and rows longer than it (their target is cut)."""
+    def n(messages: list[dict[str, Any]], generation_prompt: bool) -> int:
+        ids: Any = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
+
+    sizes = [(n(list(r["prompt"]), True), n(list(r["prompt"]) + list(r["completion"]), False)) for r in dataset]
+    return {"max_length": max_length, "rows_longest": max((f for _, f in sizes), default=0),
+            "rows_prompt_over_max_length": sum(p >= max_length for p, _ in sizes),
+            "rows_cut_at_max_length": sum(p < max_length < f for p, f in sizes)}
+
+
 def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                out_dir: Path, peft_config: Any | None) -> PreTrainedModel:
     """Train ``cfg.sft_warmup_steps`` SFT steps (or ``cfg.sft_warmup_epochs`` epochs) and return the trained model (a
@@ -52,7 +65,12 @@ def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTra
     limit = cfg.max_completion_length or 256
     stats = {"rows": len(dataset), "steps": cfg.sft_warmup_steps or None,
              "epochs": None if cfg.sft_warmup_steps else cfg.sft_warmup_epochs,
-             **target_lengths([str(row["completion"][0]["content"]) for row in dataset], tokenizer, limit)}
+             **target_lengths([str(row["completion"][0]["content"]) for row in dataset], tokenizer, limit),
+             **row_lengths(dataset, tokenizer, cfg.sft_warmup_max_length)}
+    if stats["rows_prompt_over_max_length"] or stats["rows_cut_at_max_length"]:
+        log.warning("%d warm-up rows have a prompt of sft_warmup_max_length %d tokens or more (dropped) and %d are cut "
+                    "at it (their target loses its end): raise sft_warmup_max_length",
+                    stats["rows_prompt_over_max_length"], cfg.sft_warmup_max_length, stats["rows_cut_at_max_length"])
     if stats.get("over_completion_limit_share", 0.0) > 0.05:
         log.warning("%.1f%% of the warm-up targets are longer than max_completion_length %d tokens: GRPO will cut "
                     "those completions before </response>; raise max_completion_length",
@@ -73,7 +91,7 @@ def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTra
         save_strategy="no",
         report_to="none",
         seed=cfg.seed,
-        max_length=1024,
+        max_length=cfg.sft_warmup_max_length,
         completion_only_loss=True,
         dataloader_num_workers=0,
     )

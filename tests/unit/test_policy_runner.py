@@ -99,7 +99,27 @@ def test_warmup_by_epochs_runs_the_whole_set_and_measures_the_targets(tiny_polic
     assert stats["tokens_p50"] <= stats["tokens_p95"] <= stats["tokens_max"]
     assert 0.0 <= stats["over_completion_limit_share"] <= 1.0
     assert stats["steps_trained"] == -(-stats["rows"] // 4)  # one pass over the set in batches of 4
+    assert stats["rows_prompt_over_max_length"] == stats["rows_cut_at_max_length"] == 0
+    assert 0 < stats["rows_longest"] <= stats["max_length"] == cfg.sft_warmup_max_length
     assert (warmup_adapter_path(out) / "adapter_config.json").is_file()
+
+
+def test_warmup_rows_over_the_max_length_are_counted_as_dropped_or_cut(tiny_policy: str) -> None:
+    """A prompt that reaches the limit leaves no target token (TRL drops the row: 66 of the loop's 2,730 rows at
+    1024 tokens made an epoch 666 steps, not 683); a row only longer than it loses its target's end."""
+    from transformers import AutoTokenizer
+
+    from policy_trainer.warmup import row_lengths
+
+    tok = AutoTokenizer.from_pretrained(tiny_policy)
+    target = [{"role": "assistant", "content": "<analysis>a</analysis><emotion>b</emotion><strategy>c</strategy>"
+                                               "<response>d</response>"}]
+    rows = [{"prompt": [{"role": "user", "content": "word " * n}], "completion": target} for n in (5, 60, 400)]
+    got = row_lengths(rows, tok, max_length=110)
+    assert got["max_length"] == 110 and got["rows_longest"] > 400
+    assert got["rows_prompt_over_max_length"] == 1  # the 400-word prompt
+    assert got["rows_cut_at_max_length"] == 1  # the 60-word prompt fits, its target does not
+    assert row_lengths(rows, tok, max_length=4096)["rows_cut_at_max_length"] == 0
 
 
 def test_dead_reward_server_gives_none_rewards_and_training_goes_on(tiny_policy: str, tmp_path: Path) -> None:
