@@ -19,6 +19,9 @@
 #   resume   (no carry)                            starts the driver again if it is not running (a killed driver or
 #                                                  arm continues from its checkpoints), then waits like `wait`
 #   stop     (no carry)                            stops the driver and the reward servers, packs to $OUT
+#   probe    (carry compeer_proto, after install    arm (a)'s warm-up alone, no judge, then the base and warm-up
+#            and stage)                            policies' answers to the eval prompts (format, strategy) in the
+#                                                  background; waits like probe-wait, which packs probe.tar.xz to $OUT
 # Across machines (one is held 30 min at most; /tmp is lost with it):
 #   TRAIN_JUDGES='prm orm' on `start` (with ARMS=a) also trains the PRM and ORM judges for arm (f) in the background
 #     (tools/gpu/judge_esconv.sh judges: the shipped judge's profile and steps; needs .gpu-judge carried on `stage`,
@@ -139,6 +142,7 @@ probe_collect() {
 case "${1:?pack|install|stage|start|wait|resume|stop|export|import|probe|probe-wait}" in
 probe)  # the warm-up probe in the background (setsid), then waits like probe-wait
   prepare_policy() { bash tools/gpu/device_evidence.sh prepare && python3 -m judge.model_store bfloat16 --model smollm2-135m --adapter none; }
+  rm -f $L/PROBE_DONE  # a failed try's outcome, not this one's
   prepare_policy > $L/probe.log 2>&1 || { tail $L/probe.log; exit 1; }
   T=$(declare -f warmup_probe); setsid nohup bash -c "$(declare -p L D S LOOP); $T; T0=\$(date +%s); \
     if warmup_probe; then r=ok; else r=FAILED; fi; echo \"\$r after \$(( \$(date +%s) - T0 )) s\" > $L/PROBE_DONE" \
