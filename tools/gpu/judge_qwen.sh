@@ -39,8 +39,11 @@ W=$R/data D=$R/data/emit/judge_sft
 PROFILE=${PROFILE:-gpu-qwen15-esconv} MODEL=${JUDGE_MODEL:-qwen2.5-coder-1.5b}
 EVAL=(--model "$MODEL" --device cuda --max-batch 128 --concurrency 128 --no-audit)
 
-train() {  # $1: variant, $2: its folder under $R (default: the variant's name); data: $D
-  local steps=() name=${2:-$1}; [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
+train() {  # $1: variant, $2: its folder under $R (default: the variant's name); data: $D; TRAIN_SET: config fields
+  # (KEY=VALUE, space-separated), e.g. "per_device_train_batch_size=8 gradient_accumulation_steps=4": the same 32
+  # rows a step in fewer, larger micro-batches
+  local steps=() name=${2:-$1} kv; [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
+  for kv in ${TRAIN_SET:-}; do steps+=(--set "$kv"); done
   python3 -m reward_trainer.cli judge --config "$PROFILE" --variant "$1" --data "$D" --out $R/"$name" "${steps[@]}" \
     > $R/train-"$name".log 2>&1 && to_bf16 $R/"$name"
 }
