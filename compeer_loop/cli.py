@@ -56,6 +56,12 @@ def make_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate one policy (an arm name or `base`)")
     ev.add_argument("--root", type=Path, required=True)
     ev.add_argument("--policy", required=True)
+    an = sub.add_parser("answers", help="the judge-free figures of a policy's answers (ROOT/eval/POLICY/answers.jsonl: "
+                                        "format, strategy accuracy beside the majority baseline and kappa, degenerate "
+                                        "replies), written to answers-summary.json beside them")
+    an.add_argument("--root", type=Path, required=True)
+    an.add_argument("--policy", required=True, help="an arm name or `base`")
+    an.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of the prompts for the intervals")
     mg = sub.add_parser("merge", help="merge loop folders trained on different machines (same settings, same "
                                       "warm-up) into a new ROOT, for one report")
     mg.add_argument("--out", type=Path, required=True, help="the merged loop folder (must not exist)")
@@ -122,6 +128,21 @@ def _warmup(root: Path) -> int:
     return 0
 
 
+def _answers(root: Path, policy: str, n_boot: int) -> int:
+    from compeer_loop.stats import summarise_answers
+
+    path = root / "eval" / policy / "answers.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no answers (`compeer-loop eval` or tools/gpu/compeer_loop.sh probe write them)")
+    with path.open() as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    summary = summarise_answers(records, n_boot=n_boot)
+    text = json.dumps(summary, indent=1, ensure_ascii=False)
+    (path.parent / "answers-summary.json").write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def _status(root: Path) -> int:
     path = root / STATE_FILE
     if not path.exists():
@@ -177,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(evaluate_policy(args.root, args.policy)))
             return 0
+        if args.command == "answers":
+            return _answers(args.root, args.policy, args.n_boot)
         if args.command == "merge":
             from compeer_loop.merge import merge_roots
 

@@ -19,6 +19,7 @@ p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed mean
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -157,6 +158,30 @@ def summarise(records: Sequence[Record], n_boot: int = 1000, seed: int = 0) -> d
                for name, fn in FIGURES.items()}
     return {"prompts": len(records), "answered": len(answered),
             "judged_ok": sum(1 for r in answered if r.get("judge_status") == "ok"), "figures": figures}
+
+
+#: the figures that need no judge and no scorer: what a policy's answers alone show (format, strategy, replies)
+ANSWER_FIGURES = ("format_ok", "strategy_accuracy", "majority_baseline", "strategy_kappa", "degenerate",
+                  "top_reply_share", "mean_length", "rouge_l", "bleu_2", "distinct_1", "distinct_2",
+                  "distinct_1_first", "distinct_2_first")
+
+
+def summarise_answers(records: Sequence[Record], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The judge-free figures of :data:`ANSWER_FIGURES` of a policy's greedy answers (``eval/<policy>/answers.jsonl``,
+    e.g. the warm-up probe's), each with its interval, beside the count of each degenerate-reply mark, the named
+    strategies' counts (none named: ``null``), the CER parts missing from format-invalid answers, and the most
+    frequent reply with its share."""
+    answered = [add_item_figures(dict(r)) for r in records if r.get("status") == "ok"]
+    figures = {name: bootstrap(answered, FIGURES[name], n_boot, seed, shift_bias=name in BIAS_SHIFTED)
+               for name in ANSWER_FIGURES}
+    share, reply = top_reply_share([str(r["text"]) for r in answered])
+    missing = Counter(",".join(r.get("missing") or []) or "none" for r in answered)
+    return {"prompts": len(records), "answered": len(answered), "figures": figures,
+            "marks": dict(Counter(str(r.get("reply_mark") or "none") for r in answered).most_common()),
+            "named_strategies": dict(Counter(str(r.get("strategy")) if r.get("strategy") else "null"
+                                             for r in answered).most_common()),
+            "gold_strategies": dict(Counter(str(r["gold_strategy"]) for r in _gold(answered)).most_common()),
+            "missing_parts": dict(missing.most_common()), "top_reply": {"share": share, "text": reply}}
 
 
 def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool | None:

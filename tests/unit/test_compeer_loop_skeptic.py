@@ -156,3 +156,33 @@ def test_report_table_says_judge_not_verified_and_not_run() -> None:
     assert f"(c) arm ({NOT_VERIFIED})" in text and "not run" in text
     assert "not run" in independent_section(figs, "judge-base").lower()
     assert NOT_VERIFIED not in skeptic_table(figs, {"c": rs}, {"c": "(c) arm"}, {"c": True}, 16)
+
+
+def test_answers_summary_of_a_probe_needs_no_judge_and_counts_what_the_replies_are(tmp_path) -> None:
+    """`compeer-loop answers`: the warm-up probe's answers summarised without a judge (format, accuracy beside the
+    majority baseline and kappa, degenerate marks, named strategies, missing CER parts), written beside them."""
+    import json
+
+    from compeer_loop.cli import main
+
+    rows = [_rec(0, "Question", "Question", total=None), _rec(1, "Question", "Question", total=None),
+            _rec(2, "Question", "Reflection", total=None),
+            _rec(3, None, "Affirmation", text="I would place this in the comforting stage.", total=None, fmt=False)]
+    rows[3]["missing"] = ["strategy", "response"]
+    rows.append({"id": "p4", "status": "failed", "gold_strategy": "Question"})  # not answered: counted, not scored
+    out = tmp_path / "eval" / "a"
+    out.mkdir(parents=True)
+    (out / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["answers", "--root", str(tmp_path), "--policy", "a", "--n-boot", "50"]) == 0
+    s = json.loads((out / "answers-summary.json").read_text())
+    assert (s["prompts"], s["answered"]) == (5, 4)
+    f = s["figures"]
+    assert f["format_ok"]["value"] == pytest.approx(75.0)
+    assert f["strategy_accuracy"]["value"] == pytest.approx(50.0) and f["majority_baseline"]["value"] == pytest.approx(50.0)
+    assert 0.0 < f["strategy_kappa"]["value"] < 1.0
+    assert f["degenerate"]["value"] == pytest.approx(25.0)
+    assert s["named_strategies"] == {"Question": 3, "null": 1}
+    assert s["missing_parts"] == {"none": 3, "strategy,response": 1}
+    assert s["marks"]["none"] == 3 and sum(s["marks"].values()) == 4
+    assert "reward_total" not in f  # no judge figure in a judge-free summary
+    assert main(["answers", "--root", str(tmp_path), "--policy", "b"]) == 2  # no answers: a usage error
