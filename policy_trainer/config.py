@@ -171,6 +171,13 @@ class CompeerGRPOConfig(GRPOConfig):
                           "output) columns."},
     )
     sft_warmup_learning_rate: float = field(default=2e-4, metadata={"help": "Learning rate of the SFT warm-up."})
+    sft_warmup_drop_marked: bool = field(
+        default=True,
+        metadata={"help": "Leave out warm-up rows whose target reply the degenerate-reply rule marks (the rule GRPO's "
+                          "degenerate_share and the loop's report count): ESConv's short real turns (\"I see.\") "
+                          "were 147 of the loop's 2,730 targets, and 'short, no word of the conversation' was the "
+                          "one-epoch warm-up's most frequent degenerate reply. OUT/warmup/stats.json counts them."},
+    )
     sft_warmup_max_length: int = field(
         default=3072,
         metadata={"help": "Longest warm-up row (prompt + target) in tokens; a longer row is cut from the right (its "

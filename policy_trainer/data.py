@@ -88,9 +88,17 @@ def load_prompt_set(spec: str, max_prompts: int | None = None) -> Dataset:
     return Dataset.from_list(out)
 
 
-def load_warmup_set(spec: str) -> Dataset:
-    """SFT warm-up rows in TRL's conversational prompt-completion form; every target must be well-formed CER."""
+def load_warmup_set(spec: str, drop_marked: bool = False) -> tuple[Dataset, dict[str, int]]:
+    """SFT warm-up rows in TRL's conversational prompt-completion form; every target must be well-formed CER.
+
+    ``drop_marked``: leave out rows whose target reply the degenerate-reply rule marks in its conversation
+    (:func:`data_builder.policy_negatives.mark_reply`, the rule the loop's report and GRPO's ``degenerate_share``
+    count; ESConv holds real turns such as "I see." that it marks ``generic/short_no_content``). Returns the rows and
+    the count of rows left out per mark."""
+    from data_builder.policy_negatives import mark_reply
+
     out: list[dict[str, Any]] = []
+    dropped: dict[str, int] = {}
     for i, row in enumerate(_read_rows(spec)):
         where = f"{spec} row {i}"
         target = row.get("target")
@@ -100,8 +108,12 @@ def load_warmup_set(spec: str) -> Dataset:
         if not parsed.ok:
             raise ValueError(f"{where}: target is not well-formed CER (missing {parsed.missing})")
         turns = _turns(row, where)
+        mark = mark_reply(parsed.response or "", [t.to_dict() for t in turns]) if drop_marked else None
+        if mark is not None:
+            dropped[mark] = dropped.get(mark, 0) + 1
+            continue
         out.append({"prompt": _prompt(row, turns, where),
                     "completion": [{"role": "assistant", "content": target}]})
     if not out:
-        raise ValueError(f"warm-up set {spec!r} is empty")
-    return Dataset.from_list(out)
+        raise ValueError(f"warm-up set {spec!r} is empty" + (f" (every row marked: {dropped})" if dropped else ""))
+    return Dataset.from_list(out), dropped

@@ -5,7 +5,8 @@ format penalty, so GRPO sees little or no reward spread (TRL's ``frac_reward_zer
 trains the same LoRA adapter GRPO then continues (TRL's SFTTrainer, prompt-completion form, loss on the
 completion only) and saves it to ``OUT/warmup/adapter`` so a resumed run skips it. ``OUT/warmup/stats.json`` records
 the warm-up's length (steps or epochs) and the targets' token lengths against ``max_completion_length``: a target
-longer than that limit is a format GRPO's completions cannot finish (cut before ``</response>``).
+longer than that limit is a format GRPO's completions cannot finish (cut before ``</response>``), and the rows left
+out because their target reply is one the degenerate-reply rule marks (``sft_warmup_drop_marked``).
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTra
                out_dir: Path, peft_config: Any | None) -> PreTrainedModel:
     """Train ``cfg.sft_warmup_steps`` SFT steps (or ``cfg.sft_warmup_epochs`` epochs) and return the trained model (a
     PeftModel when ``peft_config`` is set)."""
-    dataset = load_warmup_set(cfg.sft_warmup_dataset)
+    dataset, dropped = load_warmup_set(cfg.sft_warmup_dataset, drop_marked=cfg.sft_warmup_drop_marked)
     limit = cfg.max_completion_length or 256
-    stats = {"rows": len(dataset), "steps": cfg.sft_warmup_steps or None,
+    stats = {"rows": len(dataset), "rows_dropped_marked": dropped, "steps": cfg.sft_warmup_steps or None,
              "epochs": None if cfg.sft_warmup_steps else cfg.sft_warmup_epochs,
              **target_lengths([str(row["completion"][0]["content"]) for row in dataset], tokenizer, limit),
              **row_lengths(dataset, tokenizer, cfg.sft_warmup_max_length)}
@@ -75,6 +76,9 @@ def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTra
         log.warning("%.1f%% of the warm-up targets are longer than max_completion_length %d tokens: GRPO will cut "
                     "those completions before </response>; raise max_completion_length",
                     100 * stats["over_completion_limit_share"], limit)
+    if dropped:
+        log.info("warm-up: %d rows left out, their target reply marked by the degenerate-reply rule (%s)",
+                 sum(dropped.values()), ", ".join(f"{k} {v}" for k, v in sorted(dropped.items())))
     (out_dir / "warmup").mkdir(parents=True, exist_ok=True)
     (out_dir / "warmup" / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
     args = SFTConfig(

@@ -45,8 +45,8 @@ def test_bad_rows_name_the_problem(tmp_path: Path) -> None:
 
 
 def test_warmup_set_is_prompt_completion_with_valid_cer_targets(tmp_path: Path) -> None:
-    ds = load_warmup_set("smoke")
-    assert len(ds) >= 8
+    ds, dropped = load_warmup_set("smoke")
+    assert len(ds) >= 8 and dropped == {}
     for row in ds:
         assert row["completion"][0]["role"] == "assistant"
         assert parse(row["completion"][0]["content"]).ok
@@ -54,3 +54,22 @@ def test_warmup_set_is_prompt_completion_with_valid_cer_targets(tmp_path: Path) 
     f.write_text(json.dumps({"history": [{"role": "seeker", "text": "t"}], "target": "<analysis>a</analysis>"}) + "\n")
     with pytest.raises(ValueError, match="not well-formed CER"):
         load_warmup_set(str(f))
+
+
+def test_warmup_rows_with_a_marked_target_reply_are_left_out_and_counted(tmp_path: Path) -> None:
+    """sft_warmup_drop_marked: a real but contentless turn ("I see.") is not taught; a real reply is."""
+    history = [{"role": "seeker", "text": "My sister stopped talking to me after our father's funeral."}]
+    good = ("It must hurt to lose your father and then feel your sister pull away. What happened between you two "
+            "at the funeral?")
+    rows = [{"history": history, "target": f"<analysis>a</analysis><emotion>e</emotion><strategy>s</strategy>"
+                                           f"<response>{reply}</response>"} for reply in (good, "I see.")]
+    f = tmp_path / "w.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds, dropped = load_warmup_set(str(f), drop_marked=True)
+    assert len(ds) == 1 and good in ds[0]["completion"][0]["content"]
+    assert dropped == {"generic/short_no_content": 1}
+    ds, dropped = load_warmup_set(str(f))  # off: every well-formed row is kept
+    assert len(ds) == 2 and dropped == {}
+    f.write_text(json.dumps(rows[1]) + "\n")
+    with pytest.raises(ValueError, match="every row marked"):
+        load_warmup_set(str(f), drop_marked=True)

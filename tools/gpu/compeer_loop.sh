@@ -119,13 +119,13 @@ warmup_probe() {  # arm (a) alone, no judge: the warm-up (issue 26 item 2), then
   $LOOP plan --root $L --prompts $D --arms a --eval-policies base a --independent-scorer none --esc-cards 0 \
     --embedding-model "$S"/minilm-q8 ${LOOP_ARGS:-} || return 1
   [ -f $L/a/warmup/adapter/adapter_config.json ] || $LOOP warmup --root $L || return 1
-  python3 - $L <<'PY'
+  python3 - $L "${PROBE_POLICIES:-a base}" <<'PY'
 import asyncio, json, sys, time
 from pathlib import Path
 from compeer_loop.evaluate import generate
 from compeer_loop.runner import load_settings
 root = Path(sys.argv[1]); s = load_settings(root)
-for name in ("a", "base"):
+for name in sys.argv[2].split():  # PROBE_POLICIES (default "a base"): the policies answering
     out = root / "eval" / name; out.mkdir(parents=True, exist_ok=True); t0 = time.time()
     records = asyncio.run(generate(root, s, name, out))
     with (out / "answers.jsonl").open("w") as fh:
