@@ -58,7 +58,7 @@ $(COMPAT_STAMP): $(COMPAT_LOCK) $(STAMP)
 
 # -rs: a skipped test says why (the deploy tier skips, with a warning, where no Docker engine answers).
 test: model compat
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rs --durations=15 tests
 
 test-unit: install compat
 	$(BIN)/python -m pytest -q tests/unit

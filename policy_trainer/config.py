@@ -34,6 +34,18 @@ class LengthUnit(str, enum.Enum):
     WORDS = "words"
 
 
+class RewardOverlap(str, enum.Enum):
+    """When a batch's reward call starts, and what training does while the judge works (``reward_overlap``)."""
+
+    #: TRL's order: rollouts, TRL's log-prob passes, then the reward call, awaited
+    OFF = "off"
+    #: the reward call starts as soon as the rollouts exist and runs during TRL's log-prob passes: same rewards, same
+    #: algorithm
+    SAME_STEP = "same_step"
+    #: the next step's rollouts are generated and judged while this step trains: samples one optimizer step old
+    NEXT_STEP = "next_step"
+
+
 def _choices(enum_type: type[enum.Enum]) -> str:
     return " | ".join(str(m.value) for m in enum_type)
 
@@ -78,6 +90,16 @@ class CompeerGRPOConfig(GRPOConfig):
         default=120.0,
         metadata={"help": "Deadline of one reward call (one ScoreBatch per generation batch), client retries "
                           "included. Past it, that batch's rewards are None (NaN in TRL) and counted."},
+    )
+    reward_overlap: str = field(
+        default=RewardOverlap.SAME_STEP.value,
+        metadata={"help": f"When a batch's reward call starts: {_choices(RewardOverlap)}. same_step (default): as soon "
+                          "as the rollouts exist, so the judge works while TRL computes the old-policy and reference "
+                          "log-probs; the rewards and the algorithm are TRL's. next_step: the next step's rollouts are "
+                          "generated right away and judged while this step trains, so the trainer rarely waits on the "
+                          "judge, but every batch is trained one optimizer step after it was sampled (vLLM "
+                          "generation's importance-sampling correction covers the gap; transformers generation does "
+                          "not) and the first step's prompts are sampled twice (docs/policy_trainer.md)."},
     )
     reward_max_retries: int = field(
         default=3,
@@ -215,6 +237,7 @@ class CompeerGRPOConfig(GRPOConfig):
         if self.orm_reward_server and self.judge_mode != RewardJudgeMode.PRM_ORM.value:
             raise ValueError("orm_reward_server is used by judge_mode prm_orm only; drop it or set judge_mode: prm_orm")
         self.reward_kind = _enum_value(RewardKind, self.reward_kind, "reward_kind")
+        self.reward_overlap = _enum_value(RewardOverlap, self.reward_overlap, "reward_overlap")
         self.redundancy_mode = _enum_value(RedundancyMode, self.redundancy_mode, "redundancy_mode")
         self.length_unit = _enum_value(LengthUnit, self.length_unit, "length_unit")
         for name in ("redundancy_alpha", "redundancy_beta"):
@@ -322,5 +345,6 @@ def describe_fields() -> str:
     return PROFILES.describe()
 
 
-__all__ = ["PROFILES", "CompeerGRPOConfig", "ConfigError", "LengthUnit", "describe_fields", "field_names",
+__all__ = ["PROFILES", "CompeerGRPOConfig", "ConfigError", "LengthUnit", "RewardOverlap", "describe_fields",
+           "field_names",
            "load_config", "parse_override", "read_profile", "resolve_profile"]

@@ -1,10 +1,11 @@
 """Run reporting: ``OUT/metrics.jsonl`` (one line per logged step), progress lines, PNG plots and a summary.
 
 ``metrics.jsonl`` holds what TRL logs each step (loss, reward, reward_std, frac_reward_zero_std, step_time, ...)
-plus the ``compeer/*`` metrics of the reward function. The summary's ``reward_wait_share`` is the time spent in
-reward calls divided by the step time, summed over the run. With ``log_completions_file`` the summary's
-``completions`` says whether the judge pays for degenerate replies: within each rollout group that has both, the
-share of (degenerate, other) pairs where the degenerate completion got the higher reward (ties half).
+plus the ``compeer/*`` metrics of the reward function. The summary's ``reward_wait_share`` is the time a step
+waited on its reward call (``compeer/reward_wait_s``) divided by the step time, summed over the run. With
+``log_completions_file`` the summary's ``completions`` says whether the judge pays for degenerate replies: within
+each rollout group that has both, the share of (degenerate, other) pairs where the degenerate completion got the
+higher reward (ties half).
 """
 
 from __future__ import annotations
@@ -34,8 +35,13 @@ PLOTS: dict[str, tuple[str, ...]] = {
     "failures": ("compeer/parse_failure_rate", "compeer/timeout_rate", "compeer/engine_error_rate",
                  "compeer/unscored_rate",
                  "frac_reward_zero_std"),
-    "timing": ("step_time", "compeer/reward_call_latency_s", "compeer/reward_fn_overhead_s"),
+    "timing": ("step_time", "compeer/reward_wait_s", "compeer/reward_call_latency_s", "compeer/reward_fn_overhead_s"),
 }
+
+
+#: the time a step waited on its reward call (``reward_overlap`` makes it shorter than the call itself)
+WAIT_KEY = "compeer/reward_wait_s"
+LEGACY_WAIT_KEY = "compeer/reward_call_latency_s"
 
 
 def _clean(value: Any) -> Any:
@@ -61,7 +67,7 @@ class MetricsReport(TrainerCallback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        wait = row.get("compeer/reward_call_latency_s")
+        wait = row.get(WAIT_KEY, row.get(LEGACY_WAIT_KEY))
         log.info("step %d/%d  reward %s  zero-std groups %s  step %.1fs  reward wait %s", state.global_step,
                  state.max_steps, _fmt(row.get("reward")), _fmt(row.get("frac_reward_zero_std")),
                  row.get("step_time") or float("nan"), _fmt(wait))
@@ -142,7 +148,8 @@ def write_plots(out_dir: Path, rows: list[dict[str, Any]]) -> list[Path]:
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-step time, the share of it spent waiting on rewards, first/last rewards."""
     _, step_times = _series(rows, "step_time")
-    _, waits = _series(rows, "compeer/reward_call_latency_s")
+    # what the trainer waited; files from before reward_overlap logged only the call's latency, which was the wait
+    _, waits = _series(rows, WAIT_KEY if any(WAIT_KEY in r for r in rows) else LEGACY_WAIT_KEY)
     _, rewards = _series(rows, "reward")
     _, failures = _series(rows, "compeer/reward_call_failures")
     out: dict[str, Any] = {"steps_logged": len(rows), "reward_call_failures": sum(failures)}

@@ -8,7 +8,9 @@ The reward is the graded total by default (``reward_kind``, :mod:`policy_trainer
 request; a server that serves no graded rewards while ``reward_kind`` is graded stops the run with
 :class:`GradedRewardsUnavailable` naming the setting (never a silent switch to the discrete totals).
 A failed or timed-out call (after the client's retries, within ``reward_timeout_s``) makes that batch's rewards
-None and is counted; it never blocks training for longer than the deadline.
+None and is counted; it never blocks training for longer than the deadline. A batch's call may start before TRL asks
+(:meth:`CompeerReward.prefetch`, ``reward_overlap`` in :mod:`policy_trainer.overlap`); TRL's call then takes its
+result, and ``compeer/reward_wait_s`` says how long the step still waited.
 
 Only counts and statistics are logged; dialogue text never leaves DEBUG.
 """
@@ -16,10 +18,13 @@ Only counts and statistics are logged; dialogue text never leaves DEBUG.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import hashlib
 import json
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +69,10 @@ ClientFactory = Callable[[], ScoringClient]
 MetricLogger = Callable[[str, float], None]
 
 
+
+
+#: prefetched batches held at once (``reward_overlap``: one in flight for the step being scored, one for the next)
+MAX_PREFETCHED = 2
 
 
 class GroupingError(ValueError):
@@ -147,6 +156,23 @@ def mark_completion(raw: str, history: list[dict[str, Any]]) -> str | None:
     return mark_reply(reply, history, raw, parsed.ok)
 
 
+def batch_key(prompts: Sequence[Any], completions: Sequence[Any]) -> str:
+    """Identity of a batch of rollouts: a digest of its prompts and completions (what a prefetch is looked up by)."""
+    blob = json.dumps([list(prompts), [completion_text(c) for c in completions]], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class _Judged:
+    """One judged batch: completion texts, rewards after reweighting, item scores, prompt rounds, statistics."""
+
+    texts: list[str]
+    rewards: list[float | None]
+    scores: list[ItemScore]
+    rounds: list[int]
+    stats: RewardBatchStats
+
+
 def _history(raw: Any) -> list[Turn]:
     if not isinstance(raw, list):
         raise ValueError("the dataset's `history` column must hold a list of {role, text} turns")  # noqa: TRY004
@@ -172,6 +198,8 @@ class CompeerReward:
         self.last_stats: RewardBatchStats | None = None
         self.total_call_failures = 0
         self.calls = 0  # reward calls made (one per generation batch)
+        self._prefetched: dict[str, concurrent.futures.Future[_Judged]] = {}
+        self._prefetch_lock = threading.Lock()  # prefetch() runs on the training thread, __call__ on TRL's loop
 
     # ---- client lifecycle ------------------------------------------------------------------------------------
     def _client_for_loop(self) -> ScoringClient:
@@ -182,7 +210,11 @@ class CompeerReward:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the client (on the loop it was made on)."""
+        """Cancel prefetched calls nobody will ask for, then close the client (on the loop it was made on)."""
+        with self._prefetch_lock:
+            held, self._prefetched = list(self._prefetched.values()), {}
+        for pending in held:
+            pending.cancel()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -192,9 +224,55 @@ class CompeerReward:
                        *, history: list[Any] | None = None, reference: list[Any] | None = None,
                        log_metric: MetricLogger | None = None, **columns: Any) -> list[float | None]:
         t0 = time.perf_counter()
+        with self._prefetch_lock:
+            pending = self._prefetched.pop(batch_key(prompts, completions), None)
+        if pending is not None:  # judged since the rollouts existed (prefetch): take that call's result
+            judged = await asyncio.wrap_future(pending)
+        else:
+            judged = await self._judge(completions, completion_ids, history, reference)
+        stats = judged.stats
+        stats.wait_s, stats.prefetched = time.perf_counter() - t0, pending is not None
+        self.last_stats = stats
+        self.calls += 1
+        if self.settings.completions_path is not None:
+            self._write_completions(judged, columns.get("dialogue_id"))
+        self.total_call_failures += stats.call_failures
+        if log_metric is not None:
+            for name, value in stats.metrics().items():
+                if math.isfinite(value):
+                    log_metric(METRIC_PREFIX + name, value)
+        if stats.call_failures:
+            log.warning("reward call failed: %d of %d completions unscored this step (%d failed calls so far)",
+                        stats.items - stats.scored, stats.items, self.total_call_failures)
+        return judged.rewards
+
+    def prefetch(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None,
+                 columns: dict[str, list[Any]], loop: asyncio.AbstractEventLoop) -> None:
+        """Start judging a batch of rollouts now, on ``loop`` (TRL's reward loop), before TRL asks for its rewards.
+
+        ``columns`` are the batch's dataset columns (``history``, ``reference``, ...). The call made when TRL asks
+        with the same prompts and completions takes this result instead of judging again; its metrics, completions
+        file lines and ``wait_s`` (how long the trainer then still waited) are recorded at that point, in training
+        order. At most :data:`MAX_PREFETCHED` batches are held: an older one's call is cancelled.
+        """
+        coro = self._judge(completions, completion_ids, columns.get("history"), columns.get("reference"))
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        with self._prefetch_lock:
+            self._prefetched[batch_key(prompts, completions)] = future
+            stale = [self._prefetched.pop(k) for k in list(self._prefetched)[:-MAX_PREFETCHED]]
+        for old in stale:
+            old.cancel()
+            log.warning("a prefetched reward call was never asked for and is cancelled (%d held at most)",
+                        MAX_PREFETCHED)
+
+    async def _judge(self, completions: list[Any], completion_ids: list[list[int]] | None, history: list[Any] | None,
+                     reference: list[Any] | None) -> _Judged:
+        """Judge one batch and reweight each group; no side effect on this object but the client."""
+        t0 = time.perf_counter()
         n = len(completions)
         if history is None:
-            raise ValueError("the GRPO dataset needs a `history` column (list of {role, text}); see policy_trainer.data")
+            raise ValueError("the GRPO dataset needs a `history` column (list of {role, text}); see "
+                             "policy_trainer.data")
         refs: list[Any] = list(reference) if reference is not None else [None] * n
         groups = split_groups(n, self.settings.num_generations, history, refs)
         texts = [completion_text(c) for c in completions]
@@ -212,20 +290,7 @@ class CompeerReward:
         for g, group_scores in zip(groups, scores):
             rewards[g.start:g.stop] = self._reweight_group(group_scores, [lengths[i] for i in g], stats)
         stats.total_s = time.perf_counter() - t0
-        self.last_stats = stats
-        self.calls += 1
-        if self.settings.completions_path is not None:
-            self._write_completions(texts, rewards, [s for g in scores for s in g], stats.reply_marks,
-                                    columns.get("dialogue_id"), rounds)
-        self.total_call_failures += stats.call_failures
-        if log_metric is not None:
-            for name, value in stats.metrics().items():
-                if math.isfinite(value):
-                    log_metric(METRIC_PREFIX + name, value)
-        if stats.call_failures:
-            log.warning("reward call failed: %d of %d completions unscored this step (%d failed calls so far)",
-                        n - stats.scored, n, self.total_call_failures)
-        return rewards
+        return _Judged(texts, rewards, [s for g in scores for s in g], rounds, stats)
 
     def as_reward_func(self) -> Callable[..., Awaitable[list[float | None]]]:
         """This reward as a plain ``async def`` function named ``compeer``, the form every TRL version runs as async.
@@ -244,20 +309,20 @@ class CompeerReward:
         return compeer
 
     # ---- helpers ------------------------------------------------------------------------------------------------
-    def _write_completions(self, texts: list[str], rewards: list[float | None], scores: list[ItemScore],
-                           marks: list[str | None], dialogue_ids: Sequence[Any] | None, rounds: list[int]) -> None:
+    def _write_completions(self, judged: _Judged, dialogue_ids: Sequence[Any] | None) -> None:
         """Append this call's completions to ``completions_path`` (one JSON line each; ``round_index``: the round of
         its dialogue the prompt ends before, :func:`data_builder.policy_negatives.round_index_of`)."""
         path = self.settings.completions_path
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
+        marks = judged.stats.reply_marks
         with path.open("a", encoding="utf-8") as fh:
-            for i, (text, reward, score, mark) in enumerate(zip(texts, rewards, scores, marks)):
+            for i, (text, reward, score) in enumerate(zip(judged.texts, judged.rewards, judged.scores)):
                 fh.write(json.dumps({
                     "call": self.calls, "index": i, "group": i // self.settings.num_generations,
                     "dialogue_id": None if dialogue_ids is None else str(dialogue_ids[i]),
-                    "round_index": rounds[i], "text": text,
-                    "mark": mark, "reward": reward, "total": score.total, "graded_total": score.graded_total,
+                    "round_index": judged.rounds[i], "text": text,
+                    "mark": marks[i], "reward": reward, "total": score.total, "graded_total": score.graded_total,
                     "status": score.status.value if score.status is not None else None}, ensure_ascii=False) + "\n")
 
     def _lengths(self, texts: list[str], completion_ids: list[list[int]] | None) -> list[float]:

@@ -20,8 +20,9 @@ from trl import GRPOTrainer
 from cer.modes import JudgeMode
 from judge.guards import SkipNonFiniteGradients
 from judge.model_store import resolve_model
-from policy_trainer.config import CompeerGRPOConfig
+from policy_trainer.config import CompeerGRPOConfig, RewardOverlap
 from policy_trainer.data import load_prompt_set
+from policy_trainer.overlap import OverlappedGRPOTrainer
 from policy_trainer.report import MetricsReport, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings, ScoringClient
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
@@ -160,12 +161,17 @@ def run(cfg: CompeerGRPOConfig, out_dir: Path, *, resume: bool = False,
     reward = CompeerReward(RewardSettings.from_config(cfg), client_factory or default_client_factory(cfg))
     # a coroutine function, which every TRL version runs as async (an instance is async only to TRL >= 1.14)
     reward_funcs: list[Any] = [reward.as_reward_func()]
-    trainer = GRPOTrainer(model=policy, reward_funcs=reward_funcs, args=cfg, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=peft,
-                          callbacks=[SkipNonFiniteGradients(cfg.max_nonfinite_grad_steps),  # before the report
-                                     MetricsReport(out_dir, cfg.zero_std_warn_fraction)])
-    log.info("GRPO: policy %s, %d prompts, G=%d, judge %s, redundancy %s, reward servers %s", policy_path,
-             len(dataset), cfg.num_generations, cfg.judge_mode, cfg.redundancy_mode, ",".join(cfg.reward_server))
+    overlap = RewardOverlap(cfg.reward_overlap)
+    callbacks = [SkipNonFiniteGradients(cfg.max_nonfinite_grad_steps),  # before the report
+                 MetricsReport(out_dir, cfg.zero_std_warn_fraction)]
+    trainer_kwargs: dict[str, Any] = {"model": policy, "reward_funcs": reward_funcs, "args": cfg,
+                                      "train_dataset": dataset, "processing_class": tokenizer, "peft_config": peft,
+                                      "callbacks": callbacks}
+    trainer = (GRPOTrainer(**trainer_kwargs) if overlap is RewardOverlap.OFF
+               else OverlappedGRPOTrainer(reward=reward, overlap=overlap, **trainer_kwargs))
+    log.info("GRPO: policy %s, %d prompts, G=%d, judge %s, redundancy %s, reward servers %s, reward overlap %s",
+             policy_path, len(dataset), cfg.num_generations, cfg.judge_mode, cfg.redundancy_mode,
+             ",".join(cfg.reward_server), overlap.value)
     try:
         trainer.train(resume_from_checkpoint=resume_from)
     finally:

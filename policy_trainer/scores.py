@@ -72,6 +72,8 @@ class RewardBatchStats:
     taus: list[float] = field(default_factory=list)
     rpc_s: float = 0.0
     total_s: float = 0.0
+    wait_s: float = 0.0  # how long TRL's call waited for these rewards (less than total_s when prefetched)
+    prefetched: bool = False  # judged since the rollouts existed (reward_overlap), not when TRL asked
     server_inference_ms: list[float] = field(default_factory=list)
     server_group_ms: list[float] = field(default_factory=list)  # queue + inference of each group
     reply_marks: list[str | None] = field(default_factory=list)  # the degenerate-reply rule's mark, per completion
@@ -109,6 +111,9 @@ class RewardBatchStats:
             "reward_call_failures": float(self.call_failures),
             "reward_call_latency_s": self.rpc_s,
             "reward_fn_overhead_s": max(0.0, self.total_s - self.rpc_s),
+            # what the trainer waited: the whole call, or what was left of a prefetched one (reward_overlap)
+            "reward_wait_s": self.wait_s,
+            "reward_prefetched": float(self.prefetched),
         }
         means = {"step_reward_mean": self.step_rewards, "preference_reward_mean": self.preference_rewards,
                  "format_reward_mean": self.format_rewards, "discrete_total_mean": self.discrete_totals,

@@ -18,7 +18,7 @@ from tests.integration.conftest import RunningServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REWARD_KEYS = ("compeer/reward_call_latency_s", "compeer/parse_failure_rate", "compeer/timeout_rate",
+REWARD_KEYS = ("compeer/reward_call_latency_s", "compeer/reward_wait_s", "compeer/reward_prefetched", "compeer/parse_failure_rate", "compeer/timeout_rate",
                "compeer/unscored_rate", "compeer/reward_call_failures", "frac_reward_zero_std", "step_time")
 SCORED_KEYS = ("compeer/step_reward_mean", "compeer/preference_reward_mean", "compeer/format_reward_mean",
                "compeer/reward_raw_mean", "compeer/reward_reweighted_mean", "compeer/s_in_mean",
@@ -44,6 +44,7 @@ def test_two_grpo_steps_move_lora_and_log_reward_metrics(reward_server: RunningS
         for key in REWARD_KEYS:
             assert key in row, key
         assert row["compeer/reward_call_failures"] == 0.0, "the live server answered every call"
+        assert row["compeer/reward_prefetched"] == 1.0, "reward_overlap same_step (the default) judged ahead"
     scored = [r for r in rows if r.get("compeer/reward_raw_mean") is not None]
     assert scored, "the judge scored at least one completion"
     for key in SCORED_KEYS:
@@ -51,6 +52,24 @@ def test_two_grpo_steps_move_lora_and_log_reward_metrics(reward_server: RunningS
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 < summary["reward_wait_share"] < 1.0
     assert (out / "plots" / "reward_components.png").exists()
+
+
+def test_next_step_overlap_trains_batches_judged_a_step_ahead(reward_server: RunningServer, tmp_path: Path) -> None:
+    """reward_overlap next_step against the real server: the batch trained at step 2 is the one judged while step 1
+    trained (the first boundary's prompts sampled twice), every reward is the server's."""
+    out = tmp_path / "grpo-next"
+    rc = cli.main(["grpo", "--config", "cpu-smoke", "--out", str(out), "--max-steps", "2",
+                   "--reward-server", reward_server.grpc_address, "--set", "max_prompts=4",
+                   "--set", "reward_overlap=next_step", "--set", "log_completions_file=true"])
+    assert rc == 0, reward_server.log()[-4000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["compeer/reward_prefetched"] == 1.0 and r["compeer/reward_call_failures"] == 0.0 for r in rows)
+    lines = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    assert sorted({r["call"] for r in lines}) == [1, 2]
+    prompts = [sorted((r["dialogue_id"], r["round_index"]) for r in lines if r["call"] == c) for c in (1, 2)]
+    assert prompts[0] == prompts[1], "step 2 trained the first boundary's second batch (same prompts)"
+    assert any(r["reward"] is not None for r in lines), "the judge scored the completions trained on"
 
 
 @pytest.mark.skipif(os.environ.get("COMPEER_TEST_VLLM_GENERATION") != "1",

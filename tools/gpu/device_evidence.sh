@@ -22,6 +22,10 @@
 #            colocated vLLM (same SFT warm-up, trained once and copied; STEPS each; POLICY_VLLM_MEMORY, default 0.25,
 #            the policy engine's share of the card; the judge is JUDGE_MODEL, here `default`: the shipped judge,
 #            which tools/gpu/vllm_judge.sh stage prepared); metrics, summaries (-hf, -vllm), plots-logs.tar.xz
+#   overlap  carry compeer_proto, after every staging folder and tools/gpu/vllm_judge.sh install: issue 27's GRPO runs,
+#            one per reward_overlap (OVERLAPS, default "off same_step next_step"), each generating through TRL's
+#            colocated vLLM against one judge server (JUDGE_MODEL as in generation), the first run's SFT warm-up copied to
+#            the others, STEPS each; summaries (-off, -same_step, -next_step), metrics, plots and logs in plots-logs.tar.xz
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -137,7 +141,28 @@ collect() {  # collect DIR SUFFIX: metrics, summary and plots to $OUT
   return 0
 }
 
-case "${1:?install|stage|prepare|bench|run|generation}" in
+vllm_site() {  # TRL's vLLM generation: the vLLM of tools/gpu/vllm_judge.sh install first on the path
+  [ -f /tmp/vsite/.compeer-vllm ] || { echo "TRL's vLLM generation needs vLLM: run tools/gpu/vllm_judge.sh install \
+with each .gpu-vllm/pK first (docs/gpu.md)" >&2; return 1; }
+  case ":$PYTHONPATH:" in *:/tmp/vsite:*) ;; *) export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0 ;; esac
+}
+train_vllm() {  # train_vllm DIR BUDGET_S [more args]: train, generating through TRL's colocated vLLM
+  local dir=$1 budget=$2; shift 2
+  # TRL's colocate mode runs vLLM under torch.distributed's one-process launch (external_launcher)
+  RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} \
+    train "$dir" "$budget" --set use_vllm=true --set vllm_mode=colocate \
+    --set vllm_gpu_memory_utilization="${POLICY_VLLM_MEMORY:-0.25}" "$@"
+}
+summaries() {  # the step time and reward-wait figures of each summary-*.json in $OUT
+  for f in "$@"; do
+    [ -f "$f" ] && python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
+print(sys.argv[1].rsplit("/", 1)[-1], {k: s.get(k) for k in ("steps_logged", "step_time_mean_s", "reward_wait_mean_s",
+      "reward_wait_share", "reward_call_failures")})' "$f"
+  done
+  return 0
+}
+
+case "${1:?install|stage|prepare|bench|run|generation|overlap}" in
 prepare)  # alone (tools/gpu/compeer_loop.sh start): the GGUF and MiniLM in /tmp/cp-stage, /tmp/smollm2
   prepare || exit 1
   ;;
@@ -176,29 +201,38 @@ run)  # one GRPO run against the judge server, in RUN_DIR (default /tmp/run); WA
 generation)  # issue 16 item 5: the policy generating through transformers, then through TRL's colocated vLLM,
   # side by side in one call: same judge server, same SFT warm-up (trained once, copied), same seed and STEPS each
   T0=$(date +%s)
-  [ -f /tmp/vsite/.compeer-vllm ] || { echo "TRL's vLLM generation needs vLLM: run tools/gpu/vllm_judge.sh install \
-with each .gpu-vllm/pK first (docs/gpu.md)" >&2; exit 1; }
-  case ":$PYTHONPATH:" in *:/tmp/vsite:*) ;; *) export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0 ;; esac
+  vllm_site || exit 1
   JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
   rm -rf /tmp/run-hf /tmp/run-vllm
   train /tmp/run-hf "$(( $(budget_left) - ${VLLM_RUN_RESERVE_S:-200} ))" > "$OUT"/train-hf.log 2>&1
   echo "transformers generation: train exit $?"
   collect /tmp/run-hf -hf
   reuse_warmup /tmp/run-hf /tmp/run-vllm || exit 1
-  # TRL's colocate mode runs vLLM under torch.distributed's one-process launch (external_launcher)
-  RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29500} \
-    train /tmp/run-vllm "$(budget_left)" --set use_vllm=true --set vllm_mode=colocate \
-    --set vllm_gpu_memory_utilization="${POLICY_VLLM_MEMORY:-0.25}" > "$OUT"/train-vllm.log 2>&1
+  train_vllm /tmp/run-vllm "$(budget_left)" > "$OUT"/train-vllm.log 2>&1
   echo "vLLM generation: train exit $?"
   collect /tmp/run-vllm -vllm
   stop_server
   # $OUT returns at most 8 files: the plots and the two train logs go as one archive
   ( cd "$OUT" && tar -cJf plots-logs.tar.xz plots-{hf,vllm}.tar train-{hf,vllm}.log \
     && rm -f plots-{hf,vllm}.tar train-{hf,vllm}.log )
-  for f in "$OUT"/summary-hf.json "$OUT"/summary-vllm.json; do
-    [ -f "$f" ] && python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))
-print(sys.argv[1].rsplit("/", 1)[-1], {k: s.get(k) for k in ("steps_logged", "step_time_mean_s", "reward_wait_mean_s",
-      "reward_wait_share", "reward_call_failures")})' "$f"
+  summaries "$OUT"/summary-hf.json "$OUT"/summary-vllm.json
+  ;;
+overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call (same judge server, warm-up, seed)
+  T0=$(date +%s) arms=(${OVERLAPS:-off same_step next_step})
+  vllm_site || exit 1
+  JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
+  for i in "${!arms[@]}"; do
+    arm=${arms[$i]} left=$(( ${#arms[@]} - i ))
+    rm -rf /tmp/run-"$arm"
+    (( i > 0 )) && { reuse_warmup /tmp/run-"${arms[0]}" /tmp/run-"$arm" || exit 1; }
+    train_vllm /tmp/run-"$arm" "$(( $(budget_left) / left ))" --set reward_overlap="$arm" > "$OUT"/train-"$arm".log 2>&1
+    echo "reward_overlap $arm: train exit $?"
+    collect /tmp/run-"$arm" -"$arm"
   done
+  stop_server
+  # $OUT returns at most 8 files: metrics, plots and logs go as one archive beside the summaries
+  ( cd "$OUT" && tar -cJf plots-logs.tar.xz plots-*.tar train-*.log metrics-*.jsonl \
+    && rm -f plots-*.tar train-*.log metrics-*.jsonl )
+  summaries $(printf "$OUT/summary-%s.json " "${arms[@]}")
   ;;
 esac
