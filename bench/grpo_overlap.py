@@ -5,14 +5,15 @@
 
 Builds GRPO prompts from real ESConv training dialogues (``compeer_loop.prompts.build_prompt_sets``: whole
 conversations up to a seeker turn, what a trainer sends), starts the real reward server (default judge, vLLM
-engine) unless ``--server`` names one, then trains each arm for ``--steps`` GRPO steps with ``compeer-train grpo``'s
-own code (``policy_trainer.runner.run``), the arms interleaved ``--rounds`` times (off, same_step, next_step, off,
-...) so drift on a noisy machine spreads over all of them. Same profile, prompts, seed and judge for every arm; only
-``reward_overlap`` differs (next_step trains each batch a step after it was sampled, docs/policy_trainer.md). With
-``--warmup-steps`` every arm starts from one SFT warm-up trained first, so that the policy writes replies the judge
-really judges.
-Per arm, over the steps after the first (the first has no batch judged ahead): mean step time, time waited on the
-reward (``compeer/reward_wait_s``), its share of the step, the reward call's own latency, and ratios to ``off``.
+engine, result cache off: arms of one seed write the same first completions, which a cache would answer for free)
+unless ``--server`` names one (turn its cache off), then trains each arm for ``--steps`` GRPO steps with
+``compeer-train grpo``'s own code (``policy_trainer.runner.run``), the arms interleaved ``--rounds`` times (off,
+same_step, next_step, off, ...) so drift on a noisy machine spreads over all of them. Same profile, prompts, seed
+and judge for every arm; only ``reward_overlap`` differs (next_step trains each batch a step after it was sampled,
+docs/policy_trainer.md). With ``--warmup-steps`` every arm starts from one SFT warm-up trained first, so that the
+policy writes replies the judge really judges. Per arm, over the steps after the first (the first has no batch
+judged ahead): mean step time, time waited on the reward (``compeer/reward_wait_s``), its share of the step, the
+reward call's own latency, and ratios to ``off``.
 Writes bench/results/grpo_overlap.json.
 """
 
@@ -30,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine_description, print_table, write_result
-from bench.reward_fn_overhead import start_server
+from bench.common import free_port, machine_description, print_table, write_result
+from bench.judge_throughput import start_server
 from compeer_loop.prompts import TRAIN_FILE, WARMUP_FILE, build_prompt_sets
 from policy_trainer.config import RewardOverlap, load_config, parse_override
 from policy_trainer.runner import load_policy, lora_config, run
@@ -82,14 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="cpu-smoke", help="GRPO profile (compeer-train grpo --config)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     ap.add_argument("--warmup-steps", type=int, default=0,
-                    help="SFT warm-up steps run once on the ESConv warm-up rows; every arm starts from it (0: none)")
+                    help="SFT warm-up steps run once (on the ESConv warm-up rows unless --set sft_warmup_dataset=...); "
+                         "every arm starts from it (0: none)")
     ap.add_argument("--name", default="grpo_overlap", help="result file name under bench/results/")
     args = ap.parse_args(argv)
     if args.steps < 2:
         ap.error("--steps must be >= 2: step 1 is left out of the means")
     arms = [RewardOverlap(a).value for a in args.arms.split(",")]
     logging.basicConfig(level=logging.WARNING)
-    proc, address = (None, args.server) if args.server else start_server()
+    proc, address = None, args.server
+    if address is None:  # cache off: arms of one seed write the same first completions, which a cache answers free
+        grpc_port = free_port()
+        proc, address = start_server(grpc_port, free_port(), None, extra=["--cache", "off"]), f"127.0.0.1:{grpc_port}"
     try:
         with tempfile.TemporaryDirectory(prefix="grpo-overlap-") as tmp:
             work = Path(tmp)
@@ -99,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                          "max_steps": args.steps, **dict(parse_override(s) for s in args.set)}
             warmup = None
             if args.warmup_steps:
-                overrides.update(sft_warmup_steps=args.warmup_steps,
-                                 sft_warmup_dataset=str(work / "prompts" / WARMUP_FILE))
+                overrides["sft_warmup_steps"] = args.warmup_steps  # on the ESConv warm-up rows unless --set says
+                overrides.setdefault("sft_warmup_dataset", str(work / "prompts" / WARMUP_FILE))
                 t0 = time.perf_counter()
                 warmup = _warmup(args.config, overrides, work / "warmup")
                 print(f"warm-up ({args.warmup_steps} steps): {time.perf_counter() - t0:.0f} s", flush=True)

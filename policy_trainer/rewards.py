@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import logging
 import math
@@ -33,10 +32,10 @@ from typing import Any, Protocol
 
 from cer.dialogue import Turn
 from cer.modes import JudgeMode, RewardJudgeMode
-from cer.reasoning import reply_text
 from cer.redundancy import RedundancyMode, reweight
 from cer.rewards import RewardKind
-from data_builder.policy_negatives import COMPLETIONS_FILE, mark_reply, round_index_of
+from data_builder.policy_negatives import COMPLETIONS_FILE, round_index_of
+from policy_trainer.batches import GroupingError, batch_key, completion_text, mark_completion, split_groups
 from policy_trainer.config import CompeerGRPOConfig, LengthUnit
 from policy_trainer.scores import (
     GradedRewardsUnavailable,
@@ -68,15 +67,8 @@ class ScoringClient(Protocol):
 ClientFactory = Callable[[], ScoringClient]
 MetricLogger = Callable[[str, float], None]
 
-
-
-
 #: prefetched batches held at once (``reward_overlap``: one in flight for the step being scored, one for the next)
 MAX_PREFETCHED = 2
-
-
-class GroupingError(ValueError):
-    """The batch is not made of whole rollout groups of one prompt each."""
 
 
 @dataclass(frozen=True)
@@ -113,53 +105,6 @@ def completions_path(cfg: CompeerGRPOConfig) -> Path | None:
     rank = int(os.environ.get("RANK", "0") or 0)
     name = COMPLETIONS_FILE if rank == 0 else COMPLETIONS_FILE.replace(".jsonl", f".rank{rank}.jsonl")
     return Path(cfg.output_dir or ".") / name
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a completion: a string, or TRL's conversational form ``[{"role": "assistant", "content": ...}]``."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list):
-        parts: list[str] = []
-        for message in completion:
-            content = message.get("content", "") if isinstance(message, dict) else message
-            if isinstance(content, list):  # content blocks
-                parts.extend(str(b.get("text", "")) for b in content if isinstance(b, dict))
-            else:
-                parts.append(str(content))
-        return "".join(parts)
-    raise TypeError(f"completion of unexpected type {type(completion).__name__}")
-
-
-def split_groups(n_items: int, num_generations: int, histories: Sequence[Any],
-                 references: Sequence[Any]) -> list[range]:
-    """Index ranges of the rollout groups; raises :class:`GroupingError` when a range mixes prompts."""
-    if n_items % num_generations != 0:
-        raise GroupingError(f"the reward function got {n_items} completions, not a multiple of num_generations="
-                            f"{num_generations}: each process must hold whole rollout groups (see config)")
-    groups = [range(s, s + num_generations) for s in range(0, n_items, num_generations)]
-    for g in groups:
-        first = g[0]
-        for i in g[1:]:
-            if histories[i] != histories[first] or references[i] != references[first]:
-                raise GroupingError(f"completions {first}..{g[-1]} should share one prompt (TRL groups "
-                                    f"num_generations={num_generations} consecutive completions) but differ at {i}: "
-                                    "the generation batch was split across processes or reordered")
-    return groups
-
-
-def mark_completion(raw: str, history: list[dict[str, Any]]) -> str | None:
-    """The degenerate-reply rule's mark of one completion in its conversation (``{role, text}`` turns; ``kind/rule``,
-    None when unmarked): its reply part, or its tag-stripped text when that part is missing
-    (:func:`cer.reasoning.reply_text`)."""
-    reply, parsed = reply_text(raw)
-    return mark_reply(reply, history, raw, parsed.ok)
-
-
-def batch_key(prompts: Sequence[Any], completions: Sequence[Any]) -> str:
-    """Identity of a batch of rollouts: a digest of its prompts and completions (what a prefetch is looked up by)."""
-    blob = json.dumps([list(prompts), [completion_text(c) for c in completions]], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 @dataclass

@@ -133,3 +133,14 @@ def test_overlap_setting_is_checked_and_the_trainer_refuses_what_it_cannot_repla
         OverlappedGRPOTrainer(reward=reward, overlap=RewardOverlap.NEXT_STEP, tools=[print])
     with pytest.raises(OverlapUnsupported, match="use trl.GRPOTrainer"):
         OverlappedGRPOTrainer(reward=reward, overlap=RewardOverlap.OFF)
+
+
+def test_the_wait_share_counts_what_a_step_waited_not_the_calls_own_latency() -> None:
+    from policy_trainer.report import summarise
+
+    rows = [{"step": s, "step_time": 10.0, "compeer/reward_call_latency_s": 4.0, "compeer/reward_wait_s": 0.5}
+            for s in (1, 2)]
+    assert summarise(rows)["reward_wait_share"] == pytest.approx(0.05)
+    # a metrics file from before reward_overlap logged only the call's latency, which was then the wait
+    legacy = [{k: v for k, v in r.items() if k != "compeer/reward_wait_s"} for r in rows]
+    assert summarise(legacy)["reward_wait_share"] == pytest.approx(0.4)

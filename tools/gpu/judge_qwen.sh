@@ -19,8 +19,8 @@
 #           VARIANTS='prm orm' STEPS=200) beside a GRPO run of GRPO_STEPS against the served default judge; `wait`
 #   adversarial  same carry as finish: the adversarial round (adversarial() below); `wait`, then `collect` and
 #           `ADAPTER=unified-adv collect` for the retrained adapter; SHIPPED_CARD=N (several cards) measures the
-#           shipped judge on card N while the new one trains; both judges' per-item verdicts come back in
-#           predictions.tar.xz
+#           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (committed
+#           from the round of 2026-11-27); both judges' per-item verdicts come back in predictions.tar.xz
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -168,8 +168,10 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
       --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
   else
-    python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped --adapter $shipped \
-      --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!)
+    # SHIPPED_EVAL=0: the shipped judge's Table 1 is not measured again here (its predictions on the same rebuilt
+    # valid items, same ADV_NEGATIVES: docs/evaluations/judge-esconv/qwen15/adversarial/eval-shipped); saves the card
+    [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped \
+      --adapter $shipped --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!); }
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
       --adapter adversarial=$R/unified-adv-bf16 --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
   fi
