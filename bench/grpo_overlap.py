@@ -20,7 +20,6 @@ Writes bench/results/grpo_overlap.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -35,14 +34,12 @@ from bench.common import free_port, machine_description, print_table, write_resu
 from bench.judge_throughput import start_server
 from compeer_loop.prompts import TRAIN_FILE, WARMUP_FILE, build_prompt_sets
 from policy_trainer.config import RewardOverlap, load_config, parse_override
+from policy_trainer.report import read_metrics
+from policy_trainer.report import summarise as summarise_run
 from policy_trainer.runner import load_policy, lora_config, run
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
 
 ESCONV = Path(__file__).resolve().parents[2] / "shared" / "data" / "esconv"
-
-
-def _arm_steps(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
 def _train(arm: str, config: str, overrides: dict[str, Any], out: Path, warmup: Path | None) -> list[dict[str, Any]]:
@@ -50,7 +47,7 @@ def _train(arm: str, config: str, overrides: dict[str, Any], out: Path, warmup: 
         shutil.copytree(warmup, warmup_adapter_path(out))
     cfg = load_config(config, {**overrides, "reward_overlap": arm, "output_dir": str(out), "save_strategy": "no"})
     run(cfg, out)
-    return _arm_steps(out)
+    return read_metrics(out)
 
 
 def _warmup(config: str, overrides: dict[str, Any], out: Path) -> Path:
@@ -65,11 +62,10 @@ def _warmup(config: str, overrides: dict[str, Any], out: Path) -> Path:
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over steps 2.. of one arm's metric rows (step 1 has nothing judged ahead in any arm)."""
     later = [r for r in rows if r["step"] > 1]
-    step = [r["step_time"] for r in later]
-    wait = [r["compeer/reward_wait_s"] for r in later]
-    call = [r["compeer/reward_call_latency_s"] for r in later]
-    return {"steps": len(later), "step_time_s": statistics.fmean(step), "reward_wait_s": statistics.fmean(wait),
-            "reward_wait_share": sum(wait) / sum(step), "reward_call_s": statistics.fmean(call),
+    run_summary = summarise_run(later)  # the trainer's own step-time and wait-share figures, on these steps
+    return {"steps": len(later), "step_time_s": run_summary["step_time_mean_s"],
+            "reward_wait_s": run_summary["reward_wait_mean_s"], "reward_wait_share": run_summary["reward_wait_share"],
+            "reward_call_s": statistics.fmean(r["compeer/reward_call_latency_s"] for r in later),
             "unscored_rate": statistics.fmean(r["compeer/unscored_rate"] for r in later)}
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from policy_trainer.config import ConfigError, LengthUnit, RewardOverlap
 from policy_trainer.overlap import OverlappedGRPOTrainer, OverlapUnsupported
+from policy_trainer.report import read_metrics
 from policy_trainer.rewards import MAX_PREFETCHED, CompeerReward, RewardSettings
 from policy_trainer.runner import run
 from reward_server.types import GroupRequest, GroupResponse
@@ -40,10 +41,6 @@ def _completions(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
 
 
-def _metrics(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
 def _train(policy: str, out: Path, overlap: str, fakes: list[FakeRewardClient], **extra: Any) -> None:
     def factory() -> FakeRewardClient:
         fakes.append(FakeRewardClient(default=_by_text))
@@ -67,11 +64,11 @@ def test_same_step_trains_on_the_same_rewards_as_off_with_every_call_prefetched(
     off, same = _completions(tmp_path / "off"), _completions(tmp_path / "same")
     assert [(r["call"], r["text"], r["reward"]) for r in same] == [(r["call"], r["text"], r["reward"]) for r in off]
     assert len({r["call"] for r in same}) == 2
-    assert [m["compeer/reward_prefetched"] for m in _metrics(tmp_path / "same")] == [1.0, 1.0]
-    assert [m["compeer/reward_prefetched"] for m in _metrics(tmp_path / "off")] == [0.0, 0.0]
+    assert [m["compeer/reward_prefetched"] for m in read_metrics(tmp_path / "same")] == [1.0, 1.0]
+    assert [m["compeer/reward_prefetched"] for m in read_metrics(tmp_path / "off")] == [0.0, 0.0]
     # one judge call per step in both: the prefetch replaces TRL's call, it does not add one
     assert len(fakes_same[0].calls) == len(fakes_off[0].calls) == 2
-    for m in _metrics(tmp_path / "same"):
+    for m in read_metrics(tmp_path / "same"):
         assert 0.0 <= m["compeer/reward_wait_s"] and m["step_time"] > 0
 
 
@@ -90,7 +87,7 @@ def test_next_step_trains_the_batch_judged_while_the_previous_step_trained(
     assert histories[0] == histories[1], "the first boundary samples its prompts twice"
     for row in trained:  # each trained completion carries the judge's answer for its own text
         assert row["total"] == _fake_total(row["text"])
-    assert [m["compeer/reward_prefetched"] for m in _metrics(out)] == [1.0, 1.0]
+    assert [m["compeer/reward_prefetched"] for m in read_metrics(out)] == [1.0, 1.0]
 
 
 def test_prefetch_is_taken_once_and_old_prefetches_are_cancelled() -> None:
