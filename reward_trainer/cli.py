@@ -103,6 +103,9 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--groups", required=True, help="contrast groups.jsonl (compeer-data contrast)")
     c.add_argument("--adapter", action="append", default=[],
                    help="a trained judge's adapter folder (LABEL=DIR to name it; repeatable)")
+    c.add_argument("--references", default=None,
+                   help="comma list of the references each group is judged against (gold, other_round; default: "
+                        "both; gold alone halves the judgments)")
     c.add_argument("--out", required=True, help="report folder (contrast.json, contrast.md)")
 
     a = sub.add_parser("judge-ablation", parents=[_eval_flags()], help="D / R / P training-set ablation")
@@ -187,7 +190,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _contrast(args: argparse.Namespace) -> int:
     import asyncio
 
-    from reward_trainer.contrast import ContrastOptions, run_contrast
+    from reward_trainer.contrast import REFERENCES, ContrastOptions, run_contrast
 
     judges: dict[str, str | None] = {"base": None} if args.base else {}
     for value in args.adapter:
@@ -197,8 +200,9 @@ def _contrast(args: argparse.Namespace) -> int:
             raise ValueError(f"--adapter {value!r}: {folder} is not a PEFT adapter folder (no adapter_config.json)")
         judges[label] = folder
     runtime = eval_options(args, args.out, args.out).runtime
+    references = REFERENCES if args.references is None else tuple(r.strip() for r in args.references.split(","))
     metrics = asyncio.run(run_contrast(ContrastOptions(Path(args.groups), Path(args.out), judges, runtime,
-                                                       args.max_items)))
+                                                       args.max_items, references)))
     # judge -> reference -> reward kind (discrete, graded) -> kind of negative -> AUC
     summary = {j: {ref: {rk: {k: s[k]["auc"] for k in s["kinds"]} for rk, s in by_kind.items()}
                    for ref, by_kind in by.items()} for j, by in metrics["judges"].items()}

@@ -51,6 +51,15 @@ class ContrastOptions:
     judges: dict[str, str | None] = field(default_factory=dict)
     runtime: JudgeRuntime = field(default_factory=JudgeRuntime)
     max_groups: int | None = None
+    #: the references each group is judged against (:data:`REFERENCES`, in that order); ``("gold",)`` halves the
+    #: judgments, e.g. on a CPU
+    references: tuple[str, ...] = REFERENCES
+
+    def __post_init__(self) -> None:
+        """ValueError for an empty or unknown reference (names the known ones)."""
+        unknown = [r for r in self.references if r not in REFERENCES]
+        if not self.references or unknown:
+            raise ValueError(f"references {list(self.references)}: expected one or more of {', '.join(REFERENCES)}")
 
 
 def auc(pos: list[float], neg: list[float]) -> float | None:
@@ -122,7 +131,7 @@ async def _score_judge(options: ContrastOptions, adapter: str | None,
             return dict(zip(kinds, totals))
 
         out: dict[str, list[GroupTotals]] = {}
-        for name in REFERENCES:
+        for name in options.references:
             usable = [g for g in groups if g["references"].get(name)]
             out[name] = list(await asyncio.gather(*(one(g, g["references"][name]) for g in usable)))
         return out
@@ -177,6 +186,7 @@ async def run_contrast(options: ContrastOptions) -> dict[str, Any]:
     rt = options.runtime
     metrics["meta"] = {"groups": str(options.groups_path), "n_groups": len(groups), "backend": rt.engine.backend,
                        "model": rt.engine.model, "template": rt.template, "adapters": dict(options.judges),
+                       "references": list(options.references),
                        "settings": rt.settings.__dict__, "seconds": round(time.monotonic() - started, 1)}
     options.out_dir.mkdir(parents=True, exist_ok=True)
     (options.out_dir / "contrast.json").write_text(json.dumps(metrics, indent=1), encoding="utf-8")

@@ -113,3 +113,42 @@ def test_local_folders_are_identified_by_their_weights(tmp_path: Path, monkeypat
     # the digest is remembered per file version: rewriting the weights changes the revision
     (a / "model.safetensors").write_bytes(b"\x02" * 64)
     assert resolve_model(str(a)).revision not in (ra.revision, rb.revision)
+
+
+def test_contrast_judges_only_the_references_asked_for(corpus: tuple[list[dict], list[dict]], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--references gold`` judges every candidate against the gold reference alone (half the judgments of the
+    default); an unknown reference is refused by name before anything is judged."""
+    import asyncio
+    import contextlib
+
+    from data_builder.records import write_jsonl
+    from reward_trainer import contrast
+    from tests.fake_engine import FakeEngine
+    from tests.unit.fakes import scripted_judge
+
+    rounds, dialogues = corpus
+    groups, _ = build_contrast(rounds, load_taxonomy(), load_config(), seed=0, dialogues=dialogues)
+    path = tmp_path / "groups.jsonl"
+    write_jsonl(path, groups[:2])
+    engines: list[FakeEngine] = []
+
+    @contextlib.asynccontextmanager
+    async def fake_open_engine(runtime, adapter):  # type: ignore[no-untyped-def]
+        engine = FakeEngine(scripted_judge())
+        await engine.start()
+        engines.append(engine)
+        yield engine
+
+    monkeypatch.setattr(contrast, "open_engine", fake_open_engine)
+    out = {}
+    for refs in (("gold",), contrast.REFERENCES):
+        opts = contrast.ContrastOptions(path, tmp_path / "-".join(refs), {"trained": None}, references=refs)
+        out[refs] = asyncio.run(contrast.run_contrast(opts))
+    gold_only, both = out[("gold",)], out[contrast.REFERENCES]
+    assert list(gold_only["judges"]["trained"]) == ["gold"] and gold_only["meta"]["references"] == ["gold"]
+    assert list(both["judges"]["trained"]) == list(contrast.REFERENCES)
+    assert gold_only["judges"]["trained"]["gold"] == both["judges"]["trained"]["gold"]
+    assert 0 < len(engines[0].calls) and 2 * len(engines[0].calls) == len(engines[1].calls)
+    with pytest.raises(ValueError, match="references \\['gold', 'silver'\\]: expected one or more of gold, other_round"):
+        contrast.ContrastOptions(path, tmp_path / "x", {"trained": None}, references=("gold", "silver"))
