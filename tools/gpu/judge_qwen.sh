@@ -19,8 +19,8 @@
 #           VARIANTS='prm orm' STEPS=200) beside a GRPO run of GRPO_STEPS against the served default judge; `wait`
 #   adversarial  same carry as finish: the adversarial round (adversarial() below); `wait`, then `collect` and
 #           `ADAPTER=unified-adv collect` for the retrained adapter; SHIPPED_CARD=N (several cards) measures the
-#           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (committed
-#           from the round of 2026-11-27); both judges' per-item verdicts come back in predictions.tar.xz
+#           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (the
+#           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/adversarial-400); both judges' per-item verdicts come back in predictions.tar.xz
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -53,8 +53,8 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   for v in ${VARIANTS:-unified prm orm}; do train $v & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   pids=()
-  # PRM + ORM beside a unified judge: the one trained here, else the shipped one (same profile, rows and steps)
-  local unified=$R/unified; [ -d $unified ] || unified=judge/adapters/unifireward-qwen15-esconv
+  # PRM + ORM beside a unified judge: the one trained here, else the shipped one (its steps: compeer_judge.json)
+  local unified=$R/unified; [ -d $unified ] || unified=judge/adapters/unifireward-qwen15-esconv-v2
   if [ -d $R/unified ]; then
     python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
       --adapter reply=$R/unified ${EVAL_ITEMS:+--max-items "$EVAL_ITEMS"} "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
@@ -149,7 +149,7 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   fi
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl $new" \
     bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
-  local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv pids=() rc=0
+  local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv-v2 pids=() rc=0
   # the shipped judge's steps (its compeer_judge.json), so that only the training data differs
   local steps; steps=$(python3 -c 'import json; print(json.load(open("'$shipped'/compeer_judge.json"))["steps"])')
   # both judges as they ship (LoRA weights in bfloat16) on the same valid items and contrast groups; SHIPPED_CARD (a
@@ -168,8 +168,8 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
       --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
   else
-    # SHIPPED_EVAL=0: the shipped judge's Table 1 is not measured again here (its predictions on the same rebuilt
-    # valid items, same ADV_NEGATIVES: docs/evaluations/judge-esconv/qwen15/adversarial/eval-shipped); saves the card
+    # SHIPPED_EVAL=0: the shipped judge's Table 1 is not measured again here (its per-item verdicts on the same
+    # rebuilt valid items: docs/evaluations/judge-esconv/qwen15/adversarial-400/gpu-eval-adv); saves the card
     [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped \
       --adapter $shipped --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!); }
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
