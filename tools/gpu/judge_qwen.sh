@@ -20,7 +20,10 @@
 #   adversarial  same carry as finish: the adversarial round (adversarial() below); `wait`, then `collect` and
 #           `ADAPTER=unified-adv collect` for the retrained adapter; SHIPPED_CARD=N (several cards) measures the
 #           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (the
-#           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/adversarial-400); both judges' per-item verdicts come back in predictions.tar.xz
+#           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/adversarial-400); both judges'
+#           per-item verdicts come back in predictions.tar.xz; each judge's contrast is its own process and folder
+#   contrast  carry .gpu-judge: the shipped judge's reward AUC on CONTRAST_GROUPS (120) valid groups, both
+#           references, in the background (~5 minutes of an H200); `wait` brings contrast-shipped in evals.tar
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -172,8 +175,11 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
     # rebuilt valid items: docs/evaluations/judge-esconv/qwen15/adversarial-400/gpu-eval-adv); saves the card
     [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped \
       --adapter $shipped --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!); }
+    # one process a judge, so that each judge's result is written (and collected) as soon as it is done
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
-      --adapter adversarial=$R/unified-adv-bf16 --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
+      --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
+    python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-shipped \
+      --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-shipped.log 2>&1 & pids+=($!)
   fi
   # the same warm-up as (1) where it is on this machine, else retrained with the same settings and seed
   local warm=""; [ -d $R/grpo1-run/warmup/adapter ] && warm=$R/grpo1-run
@@ -181,6 +187,13 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   [ "${ADV_GRPO2:-1}" = 1 ] && { JUDGE_ADAPTER=$R/unified-adv-bf16 WARMUP_FROM=$warm grpo grpo2 & pids+=($!); }
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
+}
+
+contrast_shipped() {  # the shipped judge's reward AUC on the first CONTRAST_GROUPS (120) valid contrast groups, both
+  # references (the figure the 400-step judge has on 40 groups from a CPU only; docs/evaluations/judge-esconv/qwen15)
+  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --no-base \
+    --max-items "${CONTRAST_GROUPS:-120}" --out $R/contrast-shipped \
+    --adapter shipped=judge/adapters/unifireward-qwen15-esconv-v2 "${EVAL[@]}" > $R/contrast-shipped.log 2>&1
 }
 
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
@@ -221,7 +234,7 @@ prepare() {  # the base converted once (bf16), the data built once
   tail -n 3 $R/build.log
 }
 
-case "${1:?prepare|probe|start|finish|adversarial|wait|pipeline|collect}" in
+case "${1:?prepare|probe|start|finish|adversarial|contrast|wait|pipeline|collect}" in
 prepare)
   prepare || exit 1
   ;;
@@ -234,14 +247,15 @@ start)
   sleep 5
   wait_pipeline
   ;;
-finish|adversarial)  # prepare, then finish() / adversarial() in the background (`$1-run`, log $R/$1.log); waits
-  # like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto; adversarial after tools/gpu/vllm_judge.sh stage, and
-  # `ADAPTER=unified-adv collect` brings its retrained adapter)
+finish|adversarial|contrast)  # prepare, then finish() / adversarial() / contrast_shipped() in the background
+  # (`$1-run`, log $R/$1.log); waits like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto; contrast: .gpu-judge
+  # alone; adversarial after tools/gpu/vllm_judge.sh stage, and `ADAPTER=unified-adv collect` brings its retrained
+  # adapter)
   prepare || exit 1
   # the generated gRPC code (carry compeer_proto) kept where the background run finds it whatever later calls carry
   [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
-  [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf .gpu-loop/loop-data.tar.xz \
-    -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
+  [ "$1" = contrast ] || [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf \
+    .gpu-loop/loop-data.tar.xz -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
   setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh '"$1"'-run; then r=ok; else r=FAILED; fi
     echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/"$1".log 2>&1 < /dev/null &
   sleep 5
@@ -252,6 +266,9 @@ finish-run)
   ;;
 adversarial-run)
   adversarial
+  ;;
+contrast-run)
+  contrast_shipped
   ;;
 pipeline)
   T0=$(date +%s)
