@@ -65,6 +65,7 @@ class CountingEngine(Engine):
         self.inner = inner
         self.supports_regex = inner.supports_regex
         self.supports_line_bound = inner.supports_line_bound
+        self.supports_prefix = inner.supports_prefix
         self.generations = 0
         self.output_tokens = 0
 

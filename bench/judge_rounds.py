@@ -1,12 +1,16 @@
-"""Independent rounds against today's sequential rounds (issue 27, item 2), side by side in one run on one engine.
+"""Independent rounds, or the answer prefix, against today's sequential rounds (issue 27, item 2), side by side in
+one run on one engine.
 
 Today a unified judgment is four rounds, one after another, each with the earlier rounds' answers in its context, so
 a GRPO step waits for the sum of its rounds' decoded tokens. With ``JudgeSettings.independent_rounds`` every round
 is sent at once after the system message and the conversation alone (the conversation is a shared prefix, cached),
 so a judgment waits for its longest round. The judge was trained on the sequential conversation: its verdicts can
-change, and this run measures how often.
+change, and this run measures how often. With ``--compare prefix`` the other path is ``JudgeSettings.answer_prefix``
+instead: each round's answer is started for the engine with ``Rationale:``, so it decodes only the rest (the same
+conversation, a few positions fewer a round); "today's sequential rounds" is then the path without the prefix.
 
-    python -m bench.judge_rounds [--judge 1.5b-judge] [--device cpu|cuda] [--dtype float32] [--sets 2]
+    python -m bench.judge_rounds [--compare independent|prefix] [--judge 1.5b-judge] [--device cpu|cuda]
+        [--dtype float32] [--sets 2]
 
 Workload: real ESConv conversations (``--data``) as :mod:`bench.judge_bases_cpu` builds them: ``--groups`` x
 ``--group-size`` contrast candidates a set (default one GRPO step, 8 x 4: the real supporter turn and negatives that
@@ -16,10 +20,11 @@ set the prefix cache is reset, and the order of the two paths alternates between
 
 Per path: the step's wall time (``step_s``, mean over sets), the sequential decode positions a judgment needs (the
 accepted rounds' tokens, by the judge's tokenizer: their sum when sequential, their largest when independent; a
-step's positions = the largest over its candidates, which decode together), seconds per position, generations a
-round (re-generations of unparsable rounds included). Agreement: per component, the share of candidates whose
-verdict is the same on both paths. Writes ``bench/results/judge_rounds_<device>.json``; ratios are independent over
-sequential. On a GPU, set the per-position figure beside the launch floor that ``bench.judge_engines_gpu`` measures
+step's positions = the largest over its candidates, which decode together; the prefix path decodes each round's
+tokens less the prefix's), seconds per position, generations a round (re-generations of unparsable rounds
+included). Agreement: per component, the share of candidates whose verdict is the same on both paths. Writes
+``bench/results/judge_rounds_<device>.json`` (``judge_rounds_prefix_<device>.json`` with ``--compare prefix``); ratios
+are the other path over sequential. On a GPU, set the per-position figure beside the launch floor that ``bench.judge_engines_gpu`` measures
 on the same card.
 """
 
@@ -36,7 +41,10 @@ from typing import Any
 from bench.common import machine_description, print_table, write_result
 from bench.judge_bases_cpu import ESCONV_VALID, JUDGES, esconv_groups
 
-PATHS = ("sequential", "independent")
+#: the judge settings of each path (none of them the defaults: "sequential" is today's path, without the prefix)
+PATH_SETTINGS: dict[str, dict[str, bool]] = {"sequential": {"answer_prefix": False},
+                                             "independent": {"independent_rounds": True, "answer_prefix": False},
+                                             "prefix": {"answer_prefix": True}}
 
 
 async def _judge_set(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, list[Any]]:
@@ -51,9 +59,10 @@ async def _judge_set(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, l
     return time.perf_counter() - t, list(done)
 
 
-def positions(texts: list[str], independent: bool, count: Any) -> int:
-    """Sequential decode positions of one judgment: its rounds' tokens summed, or the largest when independent."""
-    sizes = [count(t) + 1 for t in texts]  # + the end-of-turn token each round stops on
+def positions(texts: list[str], independent: bool, count: Any, given: int = 0) -> int:
+    """Sequential decode positions of one judgment: its rounds' tokens summed, or the largest when independent;
+    ``given``: the tokens of each round the engine did not decode (an answer prefix's)."""
+    sizes = [count(t) - given + 1 for t in texts]  # + the end-of-turn token each round stops on
     return (max(sizes) if independent else sum(sizes)) if sizes else 0
 
 
@@ -77,8 +86,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from judge.engines.base import EngineConfig
     from judge.engines.vllm_engine import VllmEngine
     from judge.factory import build_engine, resolve_engine
-    from judge.protocol import JudgeSettings, load_template
+    from judge.protocol import ANSWER_PREFIX, JudgeSettings, load_template
 
+    paths = ("sequential", args.compare)
     base, adapter = JUDGES[args.judge]
     config = resolve_engine(EngineConfig(backend="vllm", dtype=args.dtype, device=args.device, max_model_len=4096),
                             base, adapter)
@@ -90,47 +100,56 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    given = {p: count(ANSWER_PREFIX) if PATH_SETTINGS[p]["answer_prefix"] else 0 for p in paths}
+
+    def pos(p: str, texts: list[str]) -> int:
+        return positions(texts, p == "independent", count, given[p])
+
     t = time.perf_counter()
     await engine.start()
     start_s = time.perf_counter() - t
     template, taxonomy = load_template(), load_taxonomy()
-    judges = {p: Judge(engine, template, taxonomy, JudgeSettings(independent_rounds=p == "independent"))
-              for p in PATHS}
+    judges = {p: Judge(engine, template, taxonomy, JudgeSettings(**PATH_SETTINGS[p])) for p in paths}
+    assert judges[paths[1]].prefixed == (args.compare == "prefix")
     groups = esconv_groups(args.data, 1 + args.sets * args.groups, args.group_size, args.seed)
     warm = [{**groups[0], "candidates": groups[0]["candidates"][:1]}]
     for judge in judges.values():  # compile and warm both paths' shapes before anything is timed
         await _judge_set(judge, warm)
     sets = [groups[1 + i * args.groups:1 + (i + 1) * args.groups] for i in range(args.sets)]
-    walls: dict[str, list[float]] = {p: [] for p in PATHS}
-    steps: dict[str, list[int]] = {p: [] for p in PATHS}
-    done: dict[str, list[Any]] = {p: [] for p in PATHS}
+    walls: dict[str, list[float]] = {p: [] for p in paths}
+    steps: dict[str, list[int]] = {p: [] for p in paths}
+    done: dict[str, list[Any]] = {p: [] for p in paths}
     for i, groups_ in enumerate(sets):
-        for p in (PATHS if i % 2 == 0 else PATHS[::-1]):
+        for p in (paths if i % 2 == 0 else paths[::-1]):
             await engine.reset_prefix_cache()
             wall, judgments = await _judge_set(judges[p], groups_)
             walls[p].append(wall)
-            steps[p].append(max(positions(j.texts, p == "independent", count) for j in judgments))
+            steps[p].append(max(pos(p, j.texts) for j in judgments))
             done[p] += judgments
     await engine.stop()
     figures: dict[str, Any] = {}
-    for p in PATHS:
+    for p in paths:
         rounds = sum(len(j.texts) for j in done[p])
         step_s, step_pos = sum(walls[p]) / len(sets), sum(steps[p]) / len(sets)
         figures[p] = {"step_s": step_s, "step_s_per_set": walls[p], "step_positions": step_pos,
                       "ms_per_position": 1000 * step_s / step_pos if step_pos else None,
-                      "judgment_positions_mean": sum(positions(j.texts, p == "independent", count)
-                                                     for j in done[p]) / len(done[p]),
+                      "judgment_positions_mean": sum(pos(p, j.texts) for j in done[p]) / len(done[p]),
+                      "round_positions_mean": sum(count(t) - given[p] + 1 for j in done[p] for t in j.texts)
+                      / max(1, rounds),
                       "generations_per_round": sum(j.generations for j in done[p]) / max(1, rounds),
                       "unparsed_components": sum(1 for j in done[p] for v in j.verdicts.values() if v is None)}
     return {"model": config.model_id, "adapter": config.adapter_id, "dtype": args.dtype, "start_s": start_s,
             "candidates_per_set": sum(len(g["candidates"]) for g in sets[0]), "paths": figures,
-            "agreement": agreement(done["sequential"], done["independent"]),
+            "agreement": agreement(done["sequential"], done[args.compare]),
+            "settings": {p: PATH_SETTINGS[p] for p in paths},
             "dialogues": [g["dialogue_id"] for s in sets for g in s]}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=ESCONV_VALID, help="ESConv JSON (raw corpus schema)")
+    p.add_argument("--compare", default="independent", choices=("independent", "prefix"),
+                   help="the path set beside today's sequential rounds")
     p.add_argument("--judge", default="1.5b-judge", choices=sorted(JUDGES), help="the judge (bench.judge_bases_cpu)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
@@ -141,20 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], help="a note to record in the JSON (repeatable)")
     args = p.parse_args(argv)
     fig = asyncio.run(measure(args))
-    seq, ind = fig["paths"]["sequential"], fig["paths"]["independent"]
+    seq, ind = fig["paths"]["sequential"], fig["paths"][args.compare]
     ratios = {k: ind[k] / seq[k] for k in ("step_s", "step_positions", "ms_per_position") if seq[k] and ind[k]}
-    out = write_result(f"judge_rounds_{args.device}", {
+    name = f"judge_rounds_{args.device}" if args.compare == "independent" else f"judge_rounds_prefix_{args.device}"
+    out = write_result(name, {
         "command": " ".join(["python -m bench.judge_rounds", *(argv if argv is not None else sys.argv[1:])]),
         "workload": {"data": str(args.data), "groups": args.groups, "group_size": args.group_size, "sets": args.sets,
                      "seed": args.seed, "mode": "unified", "engine": f"vllm-{args.device}", "prefix_caching": True,
                      "vllm_cpu_env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")}},
-        "machine_detail": machine_description(), **fig, "ratios_independent_over_sequential": ratios,
+        "machine_detail": machine_description(), **fig, f"ratios_{args.compare}_over_sequential": ratios,
         "notes": args.note})
     rows = [(k, seq[k], f"{ind[k]:.4g} ({ratios[k]:.2f}x)" if k in ratios else str(ind[k]))
             for k in ("step_s", "step_positions", "ms_per_position", "judgment_positions_mean",
-                      "generations_per_round", "unparsed_components")]
+                      "round_positions_mean", "generations_per_round", "unparsed_components")]
     rows += [(f"agreement {c}", a["candidates"], f"{a['share']:.3f}") for c, a in fig["agreement"].items()]
-    print_table(f"{fig['model']} + {fig['adapter']} on {args.device}: sequential vs independent rounds", rows)
+    print_table(f"{fig['model']} + {fig['adapter']} on {args.device}: sequential vs {args.compare}", rows)
     print(f"\nwrote {out}")
     return 0
 

@@ -76,6 +76,7 @@ class RecordingEngine(Engine):
         self.inner = inner
         self.supports_regex = inner.supports_regex
         self.supports_line_bound = inner.supports_line_bound
+        self.supports_prefix = inner.supports_prefix
         self.sequences: dict[str, list[tuple[list[Message], GenParams]]] = {}
 
     async def start(self) -> None:

@@ -100,6 +100,7 @@ class _SharedEngine(Engine):
         self.name = self.real.name
         self.supports_regex = self.real.supports_regex
         self.supports_line_bound = self.real.supports_line_bound
+        self.supports_prefix = self.real.supports_prefix
 
     async def start(self) -> None:
         await self._lazy.get()

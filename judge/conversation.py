@@ -4,7 +4,12 @@ and re-generated while unparsable (:func:`judge.generation.generate_validated`);
 
 With ``JudgeSettings.verdict_probs`` on an engine that ``supports_logprobs``, each round also asks for the top-k
 logprobs and keeps, per component, the probability of each verdict label (:func:`judge.verdict_probs
-.label_distributions`, read from the accepted attempt): the graded rewards' input (:func:`judgment_rewards`)."""
+.label_distributions`, read from the accepted attempt): the graded rewards' input (:func:`judgment_rewards`).
+
+With ``JudgeSettings.answer_prefix`` on an engine that ``supports_prefix``, each round's answer is started for the
+engine with :data:`judge.protocol.ANSWER_PREFIX` (``GenParams.prefix``): it decodes the rest only, under the round's
+constraint with that prefix removed (:func:`judge.protocol.round_constraint`); the text it returns starts with the
+prefix, so the parser and the conversation's later rounds see the same answer."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from cer.verdicts import STEP_LABELS, Preference, Verdict, parse_verdicts
 from judge.engines.base import Engine, GenParams, Message
 from judge.generation import RetryPolicy, Validated, content_key, generate_validated, sampling_fields
 from judge.protocol import (
+    ANSWER_PREFIX,
     PREFERENCE,
     REPLY,
     STEP_COMPONENTS,
@@ -72,14 +78,24 @@ def judgment_rewards(j: CandidateJudgment, parsed: ParsedOutput,
     return discrete, graded
 
 
+def answer_prefix(settings: JudgeSettings, engine: Engine) -> str | None:
+    """The answer prefix a round is sent with: :data:`judge.protocol.ANSWER_PREFIX` when ``settings.answer_prefix`` is
+    on and the engine ``supports_prefix``, else None (an engine without it is never sent one)."""
+    return ANSWER_PREFIX if settings.answer_prefix and engine.supports_prefix else None
+
+
 def round_params(settings: JudgeSettings, engine: Engine, components: tuple[str, ...],
                  logprobs: int | None = None) -> GenParams:
     """The first attempt's sampling of a round deciding ``components``, constrained where the engine can, asking for
-    ``logprobs`` alternatives per token when given."""
-    regex, max_line = (round_constraint(components, settings.rationale_max_chars, engine.supports_line_bound)
+    ``logprobs`` alternatives per token when given, with the answer prefix where the engine takes one
+    (:func:`answer_prefix`; ``max_tokens`` then counts the continuation's tokens)."""
+    prefix = answer_prefix(settings, engine)
+    regex, max_line = (round_constraint(components, settings.rationale_max_chars, engine.supports_line_bound,
+                                        prefix=prefix or "")
                        if settings.constrain and engine.supports_regex else (None, None))
     return GenParams(max_tokens=settings.max_tokens_per_component * len(components), temperature=settings.temperature,
-                     top_p=settings.top_p, seed=settings.seed, regex=regex, max_line_chars=max_line, logprobs=logprobs)
+                     top_p=settings.top_p, seed=settings.seed, regex=regex, max_line_chars=max_line, logprobs=logprobs,
+                     prefix=prefix)
 
 
 def retry_policy(settings: JudgeSettings) -> RetryPolicy:
@@ -106,6 +122,11 @@ class Judge:
     def graded(self) -> bool:
         """The judge reads verdict probabilities (``verdict_probs`` on an engine that returns logprobs)."""
         return self.settings.verdict_probs and self.engine.supports_logprobs
+
+    @property
+    def prefixed(self) -> bool:
+        """Each round's answer is started for the engine (``answer_prefix`` on an engine that ``supports_prefix``)."""
+        return answer_prefix(self.settings, self.engine) is not None
 
     def _rounds(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
                 mode: JudgeMode) -> list[tuple[RoundPlan, GenParams]]:
@@ -158,24 +179,27 @@ class Judge:
         if self.settings.independent_rounds:  # every round at once, each after the system message alone
             results = await asyncio.gather(*(run([system, {"role": "user", "content": plan.user}], plan, params)
                                              for plan, params in rounds))
-            for (plan, _), result in zip(rounds, results):
-                self._record(out, plan, result)
+            for (plan, params), result in zip(rounds, results):
+                self._record(out, plan, params, result)
             return out
         messages: list[Message] = [system]
         for plan, params in rounds:
             messages.append({"role": "user", "content": plan.user})
             result = await run(messages, plan, params)
-            self._record(out, plan, result)
+            self._record(out, plan, params, result)
             messages.append({"role": "assistant", "content": result.text})
         return out
 
-    def _record(self, out: CandidateJudgment, plan: RoundPlan, result: Validated[list[Verdict | None]]) -> None:
-        """A round's outcome into ``out`` (raising the engine's error, if it failed)."""
+    def _record(self, out: CandidateJudgment, plan: RoundPlan, params: GenParams,
+                result: Validated[list[Verdict | None]]) -> None:
+        """A round's outcome into ``out`` (raising the engine's error, if it failed); the tokens of an answer sent
+        with a prefix begin after it."""
         out.generations += result.generations
         if result.engine_error is not None:
             raise result.engine_error
         verdicts = result.value if result.value is not None else parse_verdicts(result.text, plan.kinds)
-        dists = label_distributions(result.text, result.tokens if result.ok else None, plan.kinds)
+        dists = label_distributions(result.text, result.tokens if result.ok else None, plan.kinds,
+                                    start=len(params.prefix or ""))
         out.texts.append(result.text)
         for c, v, d in zip(plan.components, verdicts, dists):
             out.verdicts[c] = v
@@ -193,4 +217,5 @@ def _all_verdicts(plan: RoundPlan) -> Callable[[str], list[Verdict | None] | Non
     return validate
 
 
-__all__ = ["VERDICT_TOP_K", "CandidateJudgment", "Judge", "judgment_rewards", "retry_policy", "round_params"]
+__all__ = ["VERDICT_TOP_K", "CandidateJudgment", "Judge", "answer_prefix", "judgment_rewards", "retry_policy",
+           "round_params"]

@@ -98,6 +98,8 @@ def sampling_fields(params: GenParams) -> dict[str, Any]:
                                 "top_p": params.top_p, "seed": params.seed, "regex": params.regex}
     if params.max_line_chars is not None:
         sampling["max_line_chars"] = params.max_line_chars
+    if params.prefix is not None:  # the engine is sent other tokens (absent when unset: earlier keys stay valid)
+        sampling["prefix"] = params.prefix
     return sampling
 
 

@@ -175,24 +175,36 @@ def _label(component: str) -> str:
 
 
 RATIONALE_KEY = "Rationale: "
+#: The answer prefix of a round (``JudgeSettings.answer_prefix``, ``GenParams.prefix``): the start of every answer,
+#: without the trailing space, so that the prompt ends on the tokens the training chats have there (both shipped
+#: tokenizers split ``Rationale: <text>`` as ``...ationale``, ``:``, `` <text>``; with the space the prompt would
+#: end on a lone space token no training chat holds).
+ANSWER_PREFIX = RATIONALE_KEY.rstrip()
 
 
-def round_regex(components: tuple[str, ...], rationale_max_chars: int | None) -> str:
+def round_regex(components: tuple[str, ...], rationale_max_chars: int | None, prefix: str = "") -> str:
     """Structured-output pattern for a round: per component, a one-line rationale then its verdict line.
 
     ``rationale_max_chars`` bounds each rationale with a counted repetition (``[^\\n]{1,N}``); ``None`` leaves it
-    unbounded (``[^\\n]+``), for an engine that bounds the line itself (:func:`round_constraint`)."""
+    unbounded (``[^\\n]+``), for an engine that bounds the line itself (:func:`round_constraint`). ``prefix``: the
+    answer prefix the engine is given (``GenParams.prefix``); the pattern is then that of the continuation, the round's
+    pattern with the prefix removed from its start (the one rule for it; ValueError unless every answer starts with
+    ``prefix``, i.e. it is a start of ``Rationale: ``)."""
+    if not RATIONALE_KEY.startswith(prefix):
+        raise ValueError(f"answer prefix {prefix!r}: a round's answer starts with {RATIONALE_KEY!r}")
     rationale = r"[^\n]+" if rationale_max_chars is None else rf"[^\n]{{1,{rationale_max_chars}}}"
     parts = []
     for c in components:
         choice = "|".join(labels(component_kind(c)))
         parts.append(rf"{RATIONALE_KEY}{rationale}\n{VERDICT_KEY} ({choice})")
-    return r"\n".join(parts)
+    return r"\n".join(parts)[len(prefix):]  # RATIONALE_KEY is literal text: its first characters are the prefix's
 
 
 def round_constraint(components: tuple[str, ...], rationale_max_chars: int,
-                     line_bound: bool) -> tuple[str, int | None]:
-    """``(regex, max_line_chars)`` constraining a round's answer (``GenParams.regex`` / ``.max_line_chars``).
+                     line_bound: bool, prefix: str = "") -> tuple[str, int | None]:
+    """``(regex, max_line_chars)`` constraining a round's answer (``GenParams.regex`` / ``.max_line_chars``); with an
+    answer ``prefix`` the regex constrains the continuation (:func:`round_regex`) while ``max_line_chars`` still
+    bounds the whole line (the engine counts the prefix as part of the first line).
 
     Without ``line_bound`` the rationale's length bound is a counted repetition in the regex. With it (an engine
     whose ``supports_line_bound`` is true) the regex leaves the rationale unbounded and ``max_line_chars`` caps every
@@ -205,8 +217,8 @@ def round_constraint(components: tuple[str, ...], rationale_max_chars: int,
     line = len(RATIONALE_KEY) + rationale_max_chars
     longest_verdict = max(len(f"{VERDICT_KEY} {label}") for c in components for label in labels(component_kind(c)))
     if not line_bound or longest_verdict > line:  # a bound a verdict line would break cannot stand for the rationale's
-        return round_regex(components, rationale_max_chars), None
-    return round_regex(components, None), line
+        return round_regex(components, rationale_max_chars, prefix), None
+    return round_regex(components, None, prefix), line
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,11 @@ class JudgeSettings:
         "instead of one after another with the earlier rounds' answers in its context: a judgment then waits for "
         "its longest round instead of the sum of its rounds (issue 27), but the judge is trained on the "
         "sequential conversation, so verdicts can differ (agreement measured in docs/reward_server.md)"))
+    answer_prefix: bool = setting(False, help=(
+        "give the engine the start of every round's answer ('Rationale:') after the prompt, where it can "
+        "(vllm, transformers), so it decodes only the rest: fewer sequential decode positions a judgment, the same "
+        "tokens the judge was trained on; off by default: on vLLM-CPU a tenth of the 135M judge's near-tied "
+        "preference verdicts changed (measured in docs/reward_server.md)"))
 
     def __post_init__(self) -> None:
         """The one place judge settings are checked; ValueError naming the setting and what it expects."""
@@ -270,6 +287,6 @@ def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, h
     return messages
 
 
-__all__ = ["COMPONENTS", "PREFERENCE", "REPLY", "STEP_COMPONENTS", "STEP_PARTS", "JudgeSettings", "RoundPlan",
-           "Template", "load_template", "mode_components", "plan_rounds", "render_history", "render_judge_chat",
-           "round_constraint", "round_regex"]
+__all__ = ["ANSWER_PREFIX", "COMPONENTS", "PREFERENCE", "RATIONALE_KEY", "REPLY", "STEP_COMPONENTS", "STEP_PARTS",
+           "JudgeSettings", "RoundPlan", "Template", "load_template", "mode_components", "plan_rounds", "render_history",
+           "render_judge_chat", "round_constraint", "round_regex"]

@@ -14,7 +14,8 @@ Token texts are each token decoded alone, so they need not concatenate to the te
 byte-level tokens decodes as U+FFFD pieces; an end-of-sequence token may follow). Tokens are placed in the text by
 matching their texts from the start and, independently, from the end (the verdict lines end a round); a token that
 neither chain reaches has no place, and a label whose token has none gets no distribution (None), as does a label
-none of whose alternatives fits any label. Nothing is filled in.
+none of whose alternatives fits any label. Nothing is filled in. An answer decoded after a prefix
+(``GenParams.prefix``) has no tokens for it: ``start`` says where its tokens begin in the text.
 """
 
 from __future__ import annotations
@@ -105,24 +106,25 @@ def label_distribution(kind: Kind, head: str, top: Mapping[str, float]) -> Label
 
 
 def label_distributions(text: str, tokens: Sequence[TokenLogprobs] | None,
-                        kinds: Sequence[Kind]) -> list[LabelDistribution | None]:
+                        kinds: Sequence[Kind], start: int = 0) -> list[LabelDistribution | None]:
     """For each verdict line of a round (``kinds``: one per component, the last ``len(kinds)`` lines), the probability
     of each of its kind's labels; None where the line, its token or any label-fitting alternative is missing, and
-    everywhere when ``tokens`` is None (the engine returned no logprobs)."""
+    everywhere when ``tokens`` is None (the engine returned no logprobs). ``start``: the offset of ``text`` where the
+    tokens begin (the length of an answer prefix the engine was given, which has no tokens)."""
     if tokens is None:
         return [None] * len(kinds)
     pieces = [t.token for t in tokens]
-    offsets = token_offsets(text, pieces)
+    offsets = [None if off is None else off + start for off in token_offsets(text[start:], pieces)]
     out: list[LabelDistribution | None] = []
-    for kind, start in zip(kinds, verdict_label_starts(text, len(kinds))):
-        j = None if start is None else next(
-            (j for j, off in enumerate(offsets) if off is not None and off <= start < off + len(pieces[j])), None)
-        if start is None or j is None:
+    for kind, label_at in zip(kinds, verdict_label_starts(text, len(kinds))):
+        j = None if label_at is None else next(
+            (j for j, off in enumerate(offsets) if off is not None and off <= label_at < off + len(pieces[j])), None)
+        if label_at is None or j is None:
             out.append(None)
             continue
         at = offsets[j]
         assert at is not None
-        out.append(label_distribution(kind, text[at:start], tokens[j].top))
+        out.append(label_distribution(kind, text[at:label_at], tokens[j].top))
     return out
 
 

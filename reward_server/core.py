@@ -132,7 +132,8 @@ class RewardCore:
                             default_mode=self.config.default_mode, limits=self.config.limits,
                             sampling=self.sampling, version=__version__, cache=self.cache.kind,
                             embedding_model=self.embedder.model_id if self.embedder else "off", graded=self.graded,
-                            independent_rounds=self.config.judge.independent_rounds)
+                            independent_rounds=self.config.judge.independent_rounds,
+                            answer_prefix=self.judge.prefixed)
 
     # ---- scoring ------------------------------------------------------------------------------------------------
     def timeout_for(self, timeout_ms: int, transport_timeout_s: float | None) -> float:

@@ -37,6 +37,8 @@ class JudgingFlags:
     max_batch: int = setting(32, help="engine micro-batch size (transformers)")
     independent_rounds: bool = setting(False, help="each round from the conversation alone, all at once "
                                                    "(JudgeSettings.independent_rounds, as the server's flag)")
+    answer_prefix: bool = setting(False, help="start each round's answer for the engine where it can "
+                                             "(JudgeSettings.answer_prefix, as the server's flag)")
     template: str = setting(DEFAULT_TEMPLATE, help="judge template version")
     taxonomy: str | None = setting(None, help="strategy taxonomy YAML; None: the packaged one")
     base: bool = setting(True, help="the untrained base judge rows")  # --no-base skips them
@@ -147,7 +149,8 @@ def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
     choice: EngineChoice = from_namespace(EngineChoice, args)
     flags: JudgingFlags = from_namespace(JudgingFlags, args)
     settings = JudgeSettings(max_tokens_per_component=flags.max_tokens, max_retries=choice.max_retries,
-                             seed=flags.seed, independent_rounds=flags.independent_rounds)
+                             seed=flags.seed, independent_rounds=flags.independent_rounds,
+                             answer_prefix=flags.answer_prefix)
     runtime = JudgeRuntime(engine=choice, max_batch=flags.max_batch, template=flags.template, taxonomy=flags.taxonomy,
                            settings=settings, concurrency=flags.concurrency)
     return EvalOptions(data_dir=Path(data), out_dir=Path(out), runtime=runtime, max_items=flags.max_items,

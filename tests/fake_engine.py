@@ -3,7 +3,9 @@
 It answers with a caller-given ``responder(messages, params)`` (sync or async, returning the text or a full
 :class:`GenResult`), records every call, and can wait ``delay`` seconds before answering so tests can exercise
 cancellation and deadlines. With ``logprobs`` (e.g. :func:`verdict_logprobs`) it supports ``GenParams.logprobs``
-and attaches the tokens that function makes of each text.
+and attaches the tokens that function makes of each text. With ``supports_prefix`` it takes ``GenParams.prefix`` as a
+real engine does: the answer starts with the prefix (prepended to a responder's text that does not already start with
+it, so responders may write whole answers) and the tokens cover the continuation only.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class FakeEngine(Engine):
 
     def __init__(self, responder: Responder | None = None, *, delay: float = 0.0, supports_regex: bool = False,
                  supports_line_bound: bool = False, config: EngineConfig | None = None,
-                 logprobs: LogprobsMaker | None = None) -> None:
+                 logprobs: LogprobsMaker | None = None, supports_prefix: bool = False) -> None:
         super().__init__(config or EngineConfig(backend="fake", model_id="fake"))
         self.responder: Responder = responder or (lambda messages, params: "")
         self.delay = delay
@@ -77,6 +79,7 @@ class FakeEngine(Engine):
         self.supports_line_bound = supports_line_bound  # takes max_line_chars (the fake never enforces it)
         self.logprobs = logprobs
         self.supports_logprobs = logprobs is not None
+        self.supports_prefix = supports_prefix  # takes GenParams.prefix (recorded in calls[i].params.prefix)
         self.calls: list[FakeCall] = []
         self.cancelled: list[str] = []
         self._started = False
@@ -104,6 +107,7 @@ class FakeEngine(Engine):
             raise EngineError("fake engine is not started")
         self.check_line_bound(params)
         self.check_logprobs(params)
+        self.check_prefix(params)
         self.calls.append(FakeCall([dict(m) for m in messages], params, request_id))
         self._inflight += 1
         try:
@@ -120,6 +124,9 @@ class FakeEngine(Engine):
         if not isinstance(answer, GenResult):
             answer = GenResult(text=answer, prompt_tokens=sum(len(m["content"].split()) for m in messages),
                                output_tokens=len(answer.split()), finish_reason="stop")
+        prefix = params.prefix or ""
+        if not answer.text.startswith(prefix):
+            answer = dataclasses.replace(answer, text=prefix + answer.text)
         if params.logprobs is not None and self.logprobs is not None and answer.tokens is None:
-            answer = dataclasses.replace(answer, tokens=self.logprobs(answer.text, params))
+            answer = dataclasses.replace(answer, tokens=self.logprobs(answer.text[len(prefix):], params))
         return answer

@@ -36,6 +36,11 @@ class GenParams:
     ``logprobs``: also return, for every output token, the ``logprobs`` most likely tokens of the model's own
     distribution at that position (:attr:`GenResult.tokens`); only engines with ``supports_logprobs`` take it (the
     others raise :class:`EngineError`, see :meth:`Engine.check_logprobs`). None: not asked (no cost).
+    ``prefix``: the answer starts with this text; the engine appends it to the rendered chat prompt (after the
+    generation prompt), conditions on it and decodes only the continuation, returning the prefix as the start of
+    :attr:`GenResult.text`; ``regex`` then constrains the continuation only, and ``max_line_chars`` counts the
+    prefix as part of the first line. Only engines with ``supports_prefix`` take it (the others raise
+    :class:`EngineError`, see :meth:`Engine.check_prefix`). None: no prefix.
     """
 
     max_tokens: int = 128
@@ -45,6 +50,7 @@ class GenParams:
     regex: str | None = None
     max_line_chars: int | None = None
     logprobs: int | None = None
+    prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,11 @@ def top_logprobs(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class GenResult:
-    """One finished generation; ``tokens``: one entry per output token when ``GenParams.logprobs`` asked, else None."""
+    """One finished generation; ``tokens``: one entry per output token when ``GenParams.logprobs`` asked, else None.
+
+    With a ``GenParams.prefix``, ``text`` starts with the prefix while ``tokens`` and ``output_tokens`` cover the
+    decoded continuation only (``text[len(prefix):]``; :func:`judge.verdict_probs.label_distributions` takes that
+    offset)."""
 
     text: str
     prompt_tokens: int = 0
@@ -152,6 +162,8 @@ class Engine(abc.ABC):
     supports_logprobs: bool = False
     #: the most alternatives per position it returns (OpenAI's top_logprobs and vLLM's default limit: 20)
     max_logprobs: int = 20
+    #: takes GenParams.prefix (it renders the chat template itself, so it can append the answer's start)
+    supports_prefix: bool = False
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -187,6 +199,15 @@ class Engine(abc.ABC):
         if not 1 <= params.logprobs <= self.max_logprobs:
             raise EngineError(f"logprobs must be in 1..{self.max_logprobs} for the {self.name} engine, got "
                               f"{params.logprobs}")
+
+    def check_prefix(self, params: GenParams) -> None:
+        """Raise :class:`EngineError` for a ``prefix`` this engine cannot honour (never silently dropped)."""
+        if params.prefix is None:
+            return
+        if not self.supports_prefix:
+            raise EngineError(f"an answer prefix is not supported by the {self.name} engine (supports_prefix is false)")
+        if not params.prefix:
+            raise EngineError("an answer prefix must not be empty (None: no prefix)")
 
     def identity(self) -> dict[str, Any]:
         """What of this engine, beyond the messages and :class:`GenParams` of a request, decides what it answers: the

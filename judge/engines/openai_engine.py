@@ -15,6 +15,10 @@ without them gets ``GenResult.tokens`` None: nothing is made up.
 
 Settings: :class:`judge.engines.settings.OpenAISettings` (``EngineConfig.openai``): endpoint, key, model name,
 regex support, client retries (connection errors, 429 and 5xx) and the per-request timeout.
+
+No answer prefix (``supports_prefix`` false): the endpoint renders the chat template, and continuing an assistant
+message is no part of the OpenAI API (vLLM's ``continue_final_message`` is that server's own extension), so a
+``GenParams.prefix`` raises :class:`EngineError` and the judge sends none.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class OpenAIEngine(Engine):
             raise EngineError("openai engine is not running")
         self.check_line_bound(params)
         self.check_logprobs(params)
+        self.check_prefix(params)
         import openai
 
         kwargs: dict[str, Any] = {

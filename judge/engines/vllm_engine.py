@@ -11,6 +11,10 @@ The judge's rationale bound (``EngineConfig.rationale_bound``, :data:`judge.engi
 (:class:`judge.engines.vllm_line_bound.LineBoundLogitsProcessor`); in both an answer with a line over the bound is
 cut before that line (:func:`judge.engines.vllm_line_bound.cut_at_overlong_line`), so the judge re-generates it.
 
+An answer prefix (``GenParams.prefix``) is appended to the rendered prompt: vLLM decodes only the continuation (the
+regex constrains it), the returned text is the prefix plus the continuation, the ``line`` processor starts the first
+line at the prefix's last line and the over-long-line cut reads the whole text.
+
 Logprobs (``GenParams.logprobs``): ``SamplingParams(logprobs=k)``, vLLM V1's default ``raw_logprobs`` mode: the
 log-softmax of the logits before temperature, penalties and top-p, i.e. the model's own distribution, not the
 sampling one. One caveat (vLLM 0.32, ``gpu_model_runner.sample_tokens``, the CPU runner inherits it): the
@@ -38,8 +42,9 @@ from judge.engines.base import (
     TokenLogprobs,
     top_logprobs,
 )
+from judge.engines.hf.line_bound import prefix_line_bytes
 from judge.engines.settings import VllmSettings
-from judge.engines.vllm_line_bound import LINE_ARG, PROCESSOR, cut_at_overlong_line
+from judge.engines.vllm_line_bound import LINE_ARG, LINE_START_ARG, PROCESSOR, cut_at_overlong_line
 
 log = logging.getLogger(__name__)
 #: vLLM-CPU's count of cores kept for its scheduler process (``VllmSettings.cpu_reserved_cores``)
@@ -69,6 +74,7 @@ class VllmEngine(Engine):
     name = "vllm"
     supports_regex = True
     supports_logprobs = True  # raw logprobs (see the module docstring); at most vLLM's max_logprobs (20)
+    supports_prefix = True  # it renders the chat template itself
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
@@ -124,6 +130,7 @@ class VllmEngine(Engine):
             raise EngineError("the vLLM engine is not started")
         self.check_line_bound(params)
         self.check_logprobs(params)
+        self.check_prefix(params)
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -131,10 +138,12 @@ class VllmEngine(Engine):
             temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens,
             seed=None if self._on_cpu else params.seed, logprobs=params.logprobs,
             structured_outputs=StructuredOutputsParams(regex=params.regex) if params.regex else None,
-            extra_args={LINE_ARG: params.max_line_chars}
+            extra_args={LINE_ARG: params.max_line_chars,
+                        **({LINE_START_ARG: prefix_line_bytes(params.prefix)} if params.prefix else {})}
             if params.max_line_chars is not None and self.config.bound == "line" else None,
         )
-        prompt = self._render(messages)
+        prefix = params.prefix or ""
+        prompt = self._render(messages) + prefix
         final = None
         self._active += 1
         try:
@@ -147,7 +156,7 @@ class VllmEngine(Engine):
         if final is None or not final.outputs:
             raise EngineError("vLLM returned no output")
         o = final.outputs[0]
-        text, finish = o.text, o.finish_reason or "stop"
+        text, finish = prefix + o.text, o.finish_reason or "stop"
         tokens = _token_logprobs(o.token_ids, o.logprobs) if params.logprobs is not None else None
         if params.max_line_chars is not None:
             text, cut = cut_at_overlong_line(text, params.max_line_chars)

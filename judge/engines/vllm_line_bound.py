@@ -3,7 +3,8 @@ keeps an answer within the bound whatever bounded it.
 
 :class:`LineBoundLogitsProcessor` is vLLM's per-batch logits-processor interface (``vllm.v1.sample.logits_processor``:
 ``update_state`` with the batch's added, removed and moved requests, then ``apply`` on the batch's logits). A request
-opts in through ``SamplingParams.extra_args[LINE_ARG]``; for it, every token that would carry the current line past
+opts in through ``SamplingParams.extra_args[LINE_ARG]`` (and ``[LINE_START_ARG]``: the bytes an answer prefix already
+put on the first line); for it, every token that would carry the current line past
 the bound gets ``-inf``, from the same token byte lengths as the transformers engine's bound
 (:class:`judge.engines.hf.line_bound.LineTable`). It runs after vLLM's structured-output bitmask, so a row keeps the
 grammar's tokens that also fit the line; a newline token always fits. vLLM loads it in its engine-core process by its
@@ -19,6 +20,8 @@ from typing import Any
 
 #: ``SamplingParams.extra_args`` key of a request's line bound (characters; UTF-8 bytes in the processor, stricter).
 LINE_ARG = "compeer_max_line_chars"
+#: ``SamplingParams.extra_args`` key of the bytes already on the first line (an answer prefix's last line; default 0).
+LINE_START_ARG = "compeer_line_start"
 #: The processor's qualified name, as ``AsyncEngineArgs(logits_processors=[...])`` takes it.
 PROCESSOR = "judge.engines.vllm_line_bound:LineBoundLogitsProcessor"
 
@@ -59,9 +62,12 @@ class LineBoundLogitsProcessor(_processor_base()):  # type: ignore[misc]
 
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
-        bound = (sampling_params.extra_args or {}).get(LINE_ARG)
+        extra = sampling_params.extra_args or {}
+        bound, start = extra.get(LINE_ARG), extra.get(LINE_START_ARG, 0)
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
             raise ValueError(f"extra_args[{LINE_ARG!r}] {bound!r}: expected an integer >= 1")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"extra_args[{LINE_START_ARG!r}] {start!r}: expected an integer >= 0")
 
     def is_argmax_invariant(self) -> bool:
         return False  # it removes tokens, greedy decoding included
@@ -71,11 +77,12 @@ class LineBoundLogitsProcessor(_processor_base()):  # type: ignore[misc]
             for index in batch_update.removed:
                 self.rows.pop(index, None)
             for index, params, _prompt, output in batch_update.added:
-                bound = (params.extra_args or {}).get(LINE_ARG) if params is not None else None
+                extra = (params.extra_args or {}) if params is not None else {}
+                bound = extra.get(LINE_ARG)
                 if bound is None:
                     self.rows.pop(index, None)
                 else:
-                    self.rows[index] = [int(bound), 0, 0, output]
+                    self.rows[index] = [int(bound), int(extra.get(LINE_START_ARG, 0)), 0, output]
             for a, b, direction in batch_update.moved:
                 ra, rb = self.rows.pop(a, None), self.rows.pop(b, None)
                 if ra is not None:
@@ -126,4 +133,4 @@ def token_line_table(tokenizer: Any, vocab_size: int) -> Any:
     return LineTable([bytes(t) for t in info.decoded_vocab], vocab_size, special)
 
 
-__all__ = ["LINE_ARG", "PROCESSOR", "LineBoundLogitsProcessor", "cut_at_overlong_line", "token_line_table"]
+__all__ = ["LINE_ARG", "LINE_START_ARG", "PROCESSOR", "LineBoundLogitsProcessor", "cut_at_overlong_line", "token_line_table"]

@@ -244,6 +244,9 @@ class InfoResponse(_Response):
     independent_rounds: bool = Field(default=False, description="each round is judged from the conversation alone "
                                                                 "(--independent-rounds), not after the earlier "
                                                                 "rounds' answers")
+    answer_prefix: bool = Field(default=False, description="each round's answer is started for the engine with "
+                                                           "'Rationale:' (--answer-prefix, on an engine that takes "
+                                                           "it), which decodes only the rest")
 
 
 class HealthStatus(_Response):

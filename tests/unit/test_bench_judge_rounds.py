@@ -26,3 +26,13 @@ def test_agreement_counts_equal_parsed_verdicts_per_component() -> None:
     got = agreement(a, b)
     assert got["step1"] == {"candidates": 2, "same": 2, "share": 1.0}
     assert got["preference"] == {"candidates": 2, "same": 0, "share": 0.0}  # an unparsed verdict never agrees
+
+
+def test_positions_leave_out_the_tokens_an_answer_prefix_gave() -> None:
+    texts = ["R: a b", "R: c"]  # 3 and 2 words, the first of each given by the prefix
+
+    def count(t: str) -> int:
+        return len(t.split())
+
+    assert positions(texts, independent=False, count=count, given=1) == (2 + 1) + (1 + 1)
+    assert positions(texts, independent=False, count=count) == (3 + 1) + (2 + 1)

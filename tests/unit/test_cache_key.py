@@ -38,7 +38,7 @@ def key(engine: dict[str, Any] | None = None, judge: dict[str, Any] | None = Non
         server: dict[str, Any] | None = None, line_bound: bool = False, **request: Any) -> str:
     """The cache key of one candidate on a server built from these settings (a regex-taking engine with logprobs)."""
     fake = FakeEngine(config=dataclasses.replace(ENGINE, **(engine or {})), supports_regex=True,
-                      supports_line_bound=line_bound, logprobs=verdict_logprobs())
+                      supports_line_bound=line_bound, logprobs=verdict_logprobs(), supports_prefix=True)
     config = ServerConfig(engine=fake.config, judge=JudgeSettings(**(judge or {})), **(server or {}))
     core = RewardCore(config, fake, None, MemoryCache())
     r = {**REQUEST, **request}
@@ -53,7 +53,7 @@ def test_every_judge_setting_that_changes_an_answer_is_in_the_cache_key() -> Non
     # every judge setting can change what a judgment says (verdict_probs: whether it has label probabilities)
     changed = {"max_tokens_per_component": 64, "temperature": 0.5, "top_p": 0.9, "seed": 3, "max_retries": 1,
                "retry_temperature": 1.0, "rationale_max_chars": 50, "constrain": False, "verdict_probs": False,
-               "independent_rounds": True}
+               "independent_rounds": True, "answer_prefix": True}
     assert {o.path[-1] for o in options(JudgeSettings)} == set(changed)
     for name, value in changed.items():
         assert key(judge={name: value}) != base, name

@@ -129,14 +129,15 @@ async def _judge_on(engine: Engine) -> None:
 
     await engine.start()
     try:
-        judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings())
-        assert judge.graded
+        judge = Judge(engine, load_template(), load_taxonomy(), JudgeSettings(answer_prefix=True))
+        assert judge.graded and judge.prefixed  # each answer started with "Rationale:" for the engine
         history = [Turn.from_dict(t) for t in HISTORY]
         j = await judge.judge(history, "That must be frustrating.", parse(GOOD), JudgeMode.UNIFIED)
     finally:
         await engine.stop()
     judged = [c for c, v in j.verdicts.items() if v is not None]
     assert judged, j.texts
+    assert all(t.startswith("Rationale: ") for t in j.texts), j.texts  # the prefix is part of each returned answer
     for c in judged:
         dist = j.probs[c]
         assert dist is not None, (c, j.texts)

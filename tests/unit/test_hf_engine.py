@@ -8,6 +8,7 @@ without it. The whole file runs in well under a minute on one CPU thread.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from judge.engines.hf.engine import TransformersEngine
 from judge.engines.hf.runner import sampling_key
 from judge.engines.hf.stats import GenerateStats
 from judge.engines.settings import TransformersSettings
+from judge.protocol import ANSWER_PREFIX, round_constraint, round_regex
 
 # --------------------------------------------------------------------------- transformers
 
@@ -105,10 +107,6 @@ async def test_concurrent_requests_share_one_batch(hf_engine: TransformersEngine
 
 @needs_model
 async def test_regex_constrains_each_row_of_a_mixed_batch(hf_engine: TransformersEngine) -> None:
-    import re
-
-    from judge.protocol import round_regex
-
     assert hf_engine.supports_regex  # xgrammar is in the CPU lock
     step, pref = round_regex(("step1",), 60), round_regex(("preference",), 60)
     before = hf_engine.stats.batches
@@ -212,10 +210,6 @@ async def test_both_grammar_backends_constrain_every_row(hf_engine: Transformers
     """xgrammar (the default) and llguidance each hold every row of a mixed batch to its pattern. Their masks differ
     at the edges (llguidance keeps forced text to its canonical tokens and never lets a special token stand for
     text), so greedy outputs may differ; both must match."""
-    import re
-
-    from judge.protocol import round_regex
-
     other = TransformersEngine(_hf_config(grammar_backend="guidance"))
     await other.start()
     try:
@@ -270,10 +264,6 @@ async def test_regex_the_grammar_library_rejects_fails_its_batch_with_the_reason
 async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: TransformersEngine) -> None:
     """Rows with an unbounded regex + max_line_chars (the judge's form on this engine) share a batch with a counted
     regex row and a free row; every bounded answer is one the counted repetition accepts, and the bound binds."""
-    import re
-
-    from judge.protocol import round_constraint, round_regex
-
     assert hf_engine.supports_line_bound
     components = [("step1",), ("preference",), ("step1",)]
     chats = [[{"role": "user", "content": f"Explain at length why people feel lonely after moving ({i})."}]
@@ -291,6 +281,16 @@ async def test_line_bound_holds_each_row_to_the_counted_language(hf_engine: Tran
     assert max(len(r.text.split("\n")[0]) for r in bounded) >= len("Rationale: ") + 20  # the bound did bind
     assert same.text == bounded[2].text  # counted regex and line bound: the same greedy answer for this ASCII prompt
     assert not free.text.startswith("Rationale: ")  # the free row stays unconstrained
+
+
+@needs_model
+async def test_an_answer_prefix_is_returned_and_counted_on_the_first_line(hf_engine: TransformersEngine) -> None:
+    """GenParams.prefix: prefix + continuation fit the round's counted pattern; the line bound counted the prefix."""
+    regex, line = round_constraint(("step1",), 24, line_bound=True, prefix=ANSWER_PREFIX)
+    chat = [{"role": "user", "content": "Explain at length why people feel lonely after moving (p)."}]
+    r = await hf_engine.generate(chat, GenParams(48, regex=regex, max_line_chars=line, prefix=ANSWER_PREFIX), "p")
+    assert r.finish_reason == "stop" and re.fullmatch(round_regex(("step1",), 24), r.text), r
+    assert len(r.text.split("\n")[0]) >= len("Rationale: ") + 20  # the bound bound at the whole line's length
 
 
 @needs_model

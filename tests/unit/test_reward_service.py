@@ -55,11 +55,11 @@ class Service:
 
 
 async def make_service(responder: Any = None, *, delay: float = 0.0, start: bool = True, cache: Any = None,
-                       server: dict[str, Any] | None = None, logprobs: Any = None,
+                       server: dict[str, Any] | None = None, logprobs: Any = None, prefix: bool = False,
                        **judge: Any) -> AsyncIterator[Service]:
     """The service on a FakeEngine (``logprobs``: its fake logprobs maker, e.g. ``verdict_logprobs()``; None: an
-    engine without logprobs, so no graded rewards)."""
-    engine = FakeEngine(responder or scripted_judge(), delay=delay, logprobs=logprobs,
+    engine without logprobs, so no graded rewards; ``prefix``: the engine takes an answer prefix)."""
+    engine = FakeEngine(responder or scripted_judge(), delay=delay, logprobs=logprobs, supports_prefix=prefix,
                         config=EngineConfig(backend="fake", model_id="fake-judge", revision="r1"))
     # fake backend: not validated; ``server``: other ServerConfig fields
     config = ServerConfig(engine=engine.config, judge=JudgeSettings(**judge), **(server or {}))
@@ -302,6 +302,7 @@ async def test_info_over_both_fronts(svc: Service) -> None:
     assert h["limits"]["max_candidates"] == 64 and "unified" in h["modes"] and h["cache"] == "memory"
     assert "reply" in h["modes"] and h["limits"]["max_dialogue_turns"] == 65
     assert h["independent_rounds"] is False
+    assert h["answer_prefix"] is False  # the fake engine of this service takes no answer prefix
 
 
 async def test_independent_rounds_served_and_named_in_info() -> None:

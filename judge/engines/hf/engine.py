@@ -56,6 +56,7 @@ class TransformersEngine(Engine):
 
     name = "transformers"
     supports_logprobs = True
+    supports_prefix = True  # it renders the chat template itself (GenParams.prefix: judge.engines.hf.runner)
 
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
@@ -140,6 +141,7 @@ class TransformersEngine(Engine):
             raise EngineError(f"max_tokens must be >= 1, got {params.max_tokens}")
         self.check_line_bound(params)
         self.check_logprobs(params)
+        self.check_prefix(params)
         req = Request(messages, params, request_id, asyncio.get_running_loop().create_future())
         self._queue.append(req)
         self._wakeup.set()

@@ -12,6 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def prefix_line_bytes(prefix: str | None) -> int:
+    """The UTF-8 bytes of the last line of an answer prefix (``GenParams.prefix``): where the line bound's count of
+    the first decoded line starts (0 without a prefix)."""
+    return len((prefix or "").rsplit("\n", 1)[-1].encode("utf-8"))
+
+
 class LineTable:
     """Every token's length for ``GenParams.max_line_chars``, and the masks that keep a line within its bound.
 

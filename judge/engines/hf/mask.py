@@ -28,15 +28,17 @@ class GrammarMask:
     """
 
     def __init__(self, rows: XgrammarRows | GuidanceRows, vocab_size: int, kernel: str,
-                 lines: LineTable | None = None, bounds: list[int | None] | None = None) -> None:
+                 lines: LineTable | None = None, bounds: list[int | None] | None = None,
+                 starts: list[int] | None = None) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
         self._rows = rows
-        # GenParams.max_line_chars per row (None: unbounded) and the length of each row's current line
+        # GenParams.max_line_chars per row (None: unbounded) and the length of each row's current line (``starts``:
+        # the bytes an answer prefix already put on a row's first line)
         self._lines = lines
         self._bound = {i: b for i, b in enumerate(bounds or []) if b is not None} if lines is not None else {}
-        self._line_len = [0] * len(rows)
+        self._line_len = list(starts) if starts is not None else [0] * len(rows)
         self._mask = xgr.allocate_token_bitmask(len(rows), vocab_size)
         self._device_mask: Any = None  # CUDA: the mask's device copy (the host mask is then pinned)
         self._mask_copied: Any = None  # CUDA event recorded after the host mask was copied

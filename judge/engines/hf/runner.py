@@ -13,7 +13,9 @@ results equal a solo run's (up to padding numerics). ``finish_reason`` is ``"len
 when generation stopped on it (as vLLM does). Sampling uses exactly ``temperature`` and ``top_p`` (top-k off, no
 repetition penalty); a request ``seed`` re-seeds torch before its batch (reproducible for the same batch
 composition only: rows share one RNG stream). ``GenParams.logprobs``: the unmasked distribution of every kept output
-token (:mod:`judge.engines.hf.logprobs`), for the rows that ask.
+token (:mod:`judge.engines.hf.logprobs`), for the rows that ask. ``GenParams.prefix``: appended to the rendered
+prompt; the row decodes the continuation, its text is the prefix plus the continuation, and its line bound starts
+the first line at the prefix's last line.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from judge.device import resolve_device_dtype
 from judge.engines.base import EngineConfig, EngineError, GenParams, GenResult, Message
 from judge.engines.hf.grammar import Grammars
+from judge.engines.hf.line_bound import prefix_line_bytes
 from judge.engines.hf.logprobs import LogprobTap, PieceText, row_tokens
 from judge.engines.hf.mask import GrammarMask
 from judge.engines.hf.static_cache import StaticKV
@@ -153,7 +156,8 @@ class ModelRunner:
         texts: dict[int, str] = {}
         for i, req in enumerate(batch):
             try:
-                texts[i] = tok.apply_chat_template(req.messages, add_generation_prompt=True, tokenize=False)
+                texts[i] = tok.apply_chat_template(req.messages, add_generation_prompt=True,
+                                                   tokenize=False) + (req.params.prefix or "")
             except (ValueError, TypeError, KeyError) as exc:
                 out[i] = EngineError(f"chat template failed: {type(exc).__name__}")
         # one tokenizer call for the batch (the fast tokenizer's batch path)
@@ -193,9 +197,10 @@ class ModelRunner:
                            self._stopping, dummies)
             patterns = [batch[i].params.regex if self._constrain else None for i in rows] + [None] * dummies
             bounds = [batch[i].params.max_line_chars for i in rows] + [None] * dummies
+            starts = [prefix_line_bytes(batch[i].params.prefix) for i in rows] + [0] * dummies
             g = self.grammars
             mask = GrammarMask(g.rows(patterns), g.vocab_size, self._grammar_kernel,
-                               g.line_table() if any(bounds) else None, bounds) if any(patterns) else None
+                               g.line_table() if any(bounds) else None, bounds, starts) if any(patterns) else None
             ks = [batch[i].params.logprobs or 0 for i in rows]
             tap = LogprobTap(max(ks)) if any(ks) else None
             processors: list[Any] = ([] if tap is None else [tap]) + ([] if mask is None else [mask])
@@ -232,7 +237,7 @@ class ModelRunner:
                 end = next((j for j, t in enumerate(tokens) if t in eos), None)
                 kept = tokens if end is None else tokens[:end]
                 out[i] = GenResult(
-                    text=tok.decode(kept, skip_special_tokens=True),
+                    text=(batch[i].params.prefix or "") + tok.decode(kept, skip_special_tokens=True),
                     prompt_tokens=len(ids[row]),
                     output_tokens=len(tokens) if end is None else end + 1,
                     finish_reason="length" if end is None else "stop",
