@@ -134,8 +134,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         figures[p] = {"step_s": step_s, "step_s_per_set": walls[p], "step_positions": step_pos,
                       "ms_per_position": 1000 * step_s / step_pos if step_pos else None,
                       "judgment_positions_mean": sum(pos(p, j.texts) for j in done[p]) / len(done[p]),
-                      "round_positions_mean": sum(count(t) - given[p] + 1 for j in done[p] for t in j.texts)
-                      / max(1, rounds),
+                      "round_positions_mean": sum(positions([t], False, count, given[p]) for j in done[p]
+                                                  for t in j.texts) / max(1, rounds),
                       "generations_per_round": sum(j.generations for j in done[p]) / max(1, rounds),
                       "unparsed_components": sum(1 for j in done[p] for v in j.verdicts.values() if v is None)}
     return {"model": config.model_id, "adapter": config.adapter_id, "dtype": args.dtype, "start_s": start_s,
