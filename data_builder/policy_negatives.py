@@ -96,6 +96,11 @@ class Labeller:
         low, ws = text.lower().strip(), words(text)
         if not ws:
             return "degenerate", "empty"
+        # first: a completion cut at the token limit is read from its tag-stripped text, whose analysis part would
+        # otherwise be taken for a stage label or the judge's wording
+        if (not format_ok and raw is not None and f"</{RESPONSE_PART}>" not in raw.lower()
+                and len(ws) >= rules.min_truncated_words and not text.rstrip().endswith(tuple(END_PUNCT))):
+            return "degenerate", "truncated"
         if self._stage.search(low):
             return "degenerate", "stage_label"
         if low.startswith(self._openings) or any(m in low for m in self._markers):
@@ -103,9 +108,6 @@ class Labeller:
         said = Counter(normalise(s) for s in sentences(text) if len(words(s)) >= rules.min_repeat_sentence_words)
         if said and max(said.values()) >= 2:
             return "degenerate", "repetition"
-        if (not format_ok and raw is not None and f"</{RESPONSE_PART}>" not in raw.lower()
-                and len(ws) >= rules.min_truncated_words and not text.rstrip().endswith(tuple(END_PUNCT))):
-            return "degenerate", "truncated"
         if self._dismissive.search(text):
             return "dismissive", "dismissive"
         seeker = [words(t["text"]) for t in history if t["role"] == "seeker"]

@@ -144,6 +144,13 @@ def test_labeller_on_replies_the_loop_policies_wrote() -> None:
     cut = "I think you should try to read a book, but I think you should try to read a different one and see how it"
     assert labeller.label(cut, history, raw=cut, format_ok=False) == ("degenerate", "truncated")
     assert labeller.label(cut, history, raw=f"<response>{cut}.</response>", format_ok=True) is None
+    # a completion cut at the token limit inside its analysis: read from the tag-stripped text, it names a stage and
+    # opens with the judge's wording, yet what is wrong with it is the cut
+    raw = ("<analysis>The seeker's main problem is job crisis: they lost their job after a co-worker went behind "
+           "their back; the conversation is at the comforting stage and the")
+    stripped = " ".join(raw.replace("<analysis>", " ").split())
+    assert labeller.label(stripped, history, raw=raw, format_ok=False) == ("degenerate", "truncated")
+    assert labeller.label(stripped + ".", history, raw=raw + ".", format_ok=False)[1] in ("stage_label", "judge_wording")
 
 
 def _loop_folder(root: Path, rounds: list[dict], texts: dict[str, list[str]]) -> Path:

@@ -1,13 +1,17 @@
 """Recomputes this run's table (docs/evaluations/judge-esconv/qwen15/report.md, "GRPO against the 400-step judge")
 from metrics.jsonl: each component's mean over the first and the last quarter of the logged steps, their difference,
 and a two-sided permutation p of that difference (steps shuffled between the two quarters; 20,000 draws, seed 0),
-then the degenerate share per quarter from completions.jsonl.xz. Run from this folder: python3 quarters.py."""
+then the marks of completions.jsonl.xz as logged and, where the repository is importable (run from its root:
+python3 docs/runs/grpo-gpu-2026-11-29-h200-v2-judge/quarters.py), as the degenerate-reply rule reads them since the
+cut-off check comes first (the logged lines marked stage_label or judge_wording read again; the other rules, which
+look at the conversation, are unchanged and come after it)."""
 
 from __future__ import annotations
 
 import json
 import lzma
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -34,6 +38,13 @@ def permutation_p(a: list[float], b: list[float], draws: int = 20_000, seed: int
     return (hits + 1) / (draws + 1)
 
 
+def count(marks: Iterable[str | None]) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for m in marks:
+        kinds[str(m)] = kinds.get(str(m), 0) + 1
+    return kinds
+
+
 def main() -> None:
     rows = [json.loads(line) for line in (HERE / "metrics.jsonl").read_text().splitlines() if line.strip()]
     k = len(rows) // 4
@@ -43,12 +54,16 @@ def main() -> None:
         out["rows"][name] = {"first": mean(first), "last": mean(last), "whole": mean([r[key] for r in rows]),
                              "diff": mean(last) - mean(first), "p": permutation_p(first, last)}
     with lzma.open(HERE / "completions.jsonl.xz", "rt", encoding="utf-8") as fh:
-        marks = [json.loads(line)["mark"] for line in fh if line.strip()]
-    per_step = len(marks) // len(rows)
-    kinds: dict[str, int] = {}
-    for m in marks:
-        kinds[str(m)] = kinds.get(str(m), 0) + 1
-    out["completions"] = {"n": len(marks), "per_step": per_step, "marks": kinds}
+        lines = [json.loads(line) for line in fh if line.strip()]
+    out["completions"] = {"n": len(lines), "per_step": len(lines) // len(rows), "marks": count(c["mark"] for c in lines)}
+    try:
+        from policy_trainer.batches import mark_completion
+    except ImportError:
+        pass
+    else:
+        again = [mark_completion(c["text"], []) if str(c["mark"]).endswith(("/stage_label", "/judge_wording"))
+                 else c["mark"] for c in lines]
+        out["completions"]["marks_cut_off_first"] = count(again)
     print(json.dumps(out, indent=1))
     for name, r in out["rows"].items():
         print(f"| {name} | {r['first']:.3f} | {r['last']:.3f} | {r['whole']:.3f} | {r['diff']:+.3f} (p {r['p']:.2f}) |")
