@@ -43,7 +43,7 @@ from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from judge.conversation import Judge
-from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
+from judge.engines.base import DelegatingEngine, Engine, EngineConfig, GenParams, GenResult, Message
 from judge.engines.settings import RATIONALE_BOUNDS, TransformersSettings, VllmSettings
 from judge.factory import build_engine, resolve_engine
 from judge.protocol import JudgeSettings, load_template
@@ -57,23 +57,13 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 WORKLOADS = ("grpo_step", "score_batch")
 
 
-class CountingEngine(Engine):
+class CountingEngine(DelegatingEngine):
     """Wraps an engine: counts generations (rounds and their re-generations) and decoded tokens."""
 
     def __init__(self, inner: Engine) -> None:
-        super().__init__(inner.config)
-        self.inner = inner
-        self.supports_regex = inner.supports_regex
-        self.supports_line_bound = inner.supports_line_bound
-        self.supports_prefix = inner.supports_prefix
+        super().__init__(inner)
         self.generations = 0
         self.output_tokens = 0
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
 
     async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
         result = await self.inner.generate(messages, params, request_id)

@@ -32,7 +32,7 @@ from cer.modes import JudgeMode
 from cer.reasoning import parse, render
 from cer.taxonomy import load_taxonomy
 from judge.conversation import Judge
-from judge.engines.base import Engine, EngineConfig, GenParams, GenResult, Message
+from judge.engines.base import DelegatingEngine, Engine, EngineConfig, GenParams, GenResult, Message
 from judge.model_store import resolve_model
 from judge.protocol import JudgeSettings, load_template
 from reward_server.types import GroupRequest, ScoreOptions, Status
@@ -68,22 +68,12 @@ def make_groups(n: int, size: int, seed: int) -> list[GroupRequest]:
     return groups
 
 
-class RecordingEngine(Engine):
+class RecordingEngine(DelegatingEngine):
     """Wraps an engine and records every generation, grouped by judge conversation (its first user message)."""
 
     def __init__(self, inner: Engine) -> None:
-        super().__init__(inner.config)
-        self.inner = inner
-        self.supports_regex = inner.supports_regex
-        self.supports_line_bound = inner.supports_line_bound
-        self.supports_prefix = inner.supports_prefix
+        super().__init__(inner)
         self.sequences: dict[str, list[tuple[list[Message], GenParams]]] = {}
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
 
     async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
         self.sequences.setdefault(messages[1]["content"], []).append(([dict(m) for m in messages], params))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builder.llm import LLM, LLMSettings
-from judge.engines.base import Engine, EngineConfig, EngineError, GenParams, GenResult, Message
+from judge.engines.base import DelegatingEngine, Engine, EngineConfig, EngineError, GenParams, GenResult, Message
 from judge.factory import PLAIN, EngineChoice, LazyEngine, build_engine, engine_config, resolve_engine
 from judge.generation import Validated
 from judge.settings import add_arguments, from_namespace, setting
@@ -89,30 +89,22 @@ def _engine_key(spec: ModelSpec, resolved: ResolvedModel) -> tuple[str, ...]:
     return (spec.backend, resolved.config.model_path, resolved.identity, spec.base_url or "", spec.device, str(spec.openai_regex))
 
 
-class _SharedEngine(Engine):
+class _SharedEngine(DelegatingEngine):
     """A role's view of a pooled engine: starting it starts the real one once; stopping is the pool's job."""
 
     def __init__(self, lazy: LazyEngine) -> None:
         assert lazy.engine is not None
-        super().__init__(lazy.engine.config)
+        super().__init__(lazy.engine)
         self._lazy = lazy
-        self.real = lazy.engine
-        self.name = self.real.name
-        self.supports_regex = self.real.supports_regex
-        self.supports_line_bound = self.real.supports_line_bound
-        self.supports_prefix = self.real.supports_prefix
 
     async def start(self) -> None:
         await self._lazy.get()
-
-    async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
-        return await self.real.generate(messages, params, request_id)
 
     async def stop(self) -> None:
         """The pool stops the real engine (:meth:`EnginePool.aclose`)."""
 
     def healthy(self) -> bool:
-        return self._lazy.started and self.real.healthy()
+        return self._lazy.started and self.inner.healthy()
 
 
 class EnginePool:

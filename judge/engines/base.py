@@ -10,7 +10,7 @@ import abc
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from judge.engines.settings import (
     RATIONALE_BOUNDS,
@@ -164,6 +164,9 @@ class Engine(abc.ABC):
     max_logprobs: int = 20
     #: takes GenParams.prefix (it renders the chat template itself, so it can append the answer's start)
     supports_prefix: bool = False
+    #: what an engine says it can do: a :class:`DelegatingEngine` takes each of these from the engine it wraps
+    CAPABILITIES: ClassVar[tuple[str, ...]] = ("name", "supports_regex", "supports_line_bound", "supports_logprobs",
+                                                "max_logprobs", "supports_prefix")
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -227,3 +230,33 @@ class Engine(abc.ABC):
     def queue_depth(self) -> int:
         """Requests waiting or running inside the engine (for the queue-depth gauge)."""
         return 0
+
+
+class DelegatingEngine(Engine):
+    """An engine that hands every request to ``inner`` and is, to its callers, that engine: the same capabilities
+    (:attr:`Engine.CAPABILITIES`, so a wrapper never silently turns off logprobs or a prefix), identity, health and
+    queue. Wrappers that count, record or share an engine subclass it and override only what they add."""
+
+    def __init__(self, inner: Engine) -> None:
+        super().__init__(inner.config)
+        self.inner = inner
+        for attr in self.CAPABILITIES:
+            setattr(self, attr, getattr(inner, attr))
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def generate(self, messages: list[Message], params: GenParams, request_id: str) -> GenResult:
+        return await self.inner.generate(messages, params, request_id)
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    def identity(self) -> dict[str, Any]:
+        return self.inner.identity()
+
+    def healthy(self) -> bool:
+        return self.inner.healthy()
+
+    def queue_depth(self) -> int:
+        return self.inner.queue_depth()
