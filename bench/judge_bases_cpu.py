@@ -181,8 +181,9 @@ def table_rows(results: dict[str, dict[str, Any]],
 # ---------------------------------------------------------------------------------------------- the worker process
 
 
-async def _judge_all(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, list[str], list[dict[str, Any]]]:
-    """Judge every candidate of ``groups`` at once (unified mode); wall time, kinds and verdicts per candidate."""
+async def _judge_all(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, list[str], list[dict[str, Any]], int]:
+    """Judge every candidate of ``groups`` at once (unified mode); wall time, kinds and verdicts per candidate, and
+    how many of the verdicts came with their label probabilities (the graded rewards' input)."""
     from cer.modes import JudgeMode
     from cer.reasoning import parse
     from data_builder.records import turns_of
@@ -193,7 +194,8 @@ async def _judge_all(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, l
     done = await asyncio.gather(*(judge.judge(h, ref, p, JudgeMode.UNIFIED) for _, h, ref, p in jobs))
     wall = time.perf_counter() - t
     verdicts = [{c: (v.value if hasattr(v, "value") else v) for c, v in j.verdicts.items()} for j in done]
-    return wall, [k for k, *_ in jobs], verdicts
+    with_probs = sum(j.probs.get(c) is not None for j in done for c, v in j.verdicts.items() if v is not None)
+    return wall, [k for k, *_ in jobs], verdicts, with_probs
 
 
 async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
@@ -224,7 +226,8 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     template = load_template()
     judge = Judge(engine, template, load_taxonomy(), JudgeSettings())
     first_one = [{**first[0], "candidates": first[0]["candidates"][:1]}]
-    fig["first_answer_s"], first_kinds, first_verdicts = await _judge_all(judge, first_one)
+    fig["graded"] = judge.graded  # asks for the verdict probabilities, as the server does by default
+    fig["first_answer_s"], first_kinds, first_verdicts, probs = await _judge_all(judge, first_one)
     fig["load_1min"]["first_answer"] = os.getloadavg()[0]
     g0, tok0, wall = engine.generations, engine.output_tokens, 0.0
     kinds: list[str] = []
@@ -232,8 +235,8 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
     cpu0 = tree_cpu_s(os.getpid())
     for groups in sets:
         await vllm.reset_prefix_cache()  # each set meets its prompts cold, as a GRPO step's do
-        w, k, v = await _judge_all(judge, groups)
-        wall, kinds, verdicts = wall + w, kinds + k, verdicts + v
+        w, k, v, n_probs = await _judge_all(judge, groups)
+        wall, kinds, verdicts, probs = wall + w, kinds + k, verdicts + v, probs + n_probs
     fig["load_1min"]["throughput"] = os.getloadavg()[0]
     fig["cpu_s_per_judgment"] = (tree_cpu_s(os.getpid()) - cpu0) / max(1, len(kinds))
     n, rounds = len(kinds), sum(len(v) for v in verdicts)  # unified mode: one round a judged component
@@ -244,6 +247,7 @@ async def measure(judge_name: str, dtype: str, first: list[dict[str, Any]],
                 "output_tokens_per_judgment": (engine.output_tokens - tok0) / n,
                 "template": template.version, "history_turns_shown": template.history_turns})
     fig["verdicts"] = tally(first_kinds + kinds, first_verdicts + verdicts)
+    fig["verdicts_with_probs"] = probs  # of the verdicts given (graded: all, or the engine returned none for some)
     fig["parse_failure_share"] = fig["verdicts"]["parse_failure_share"]
     fig["same_verdict_for_all"] = same_verdict_components(fig["verdicts"])
     fig["favourable_share"] = favourable_shares(fig["verdicts"])
