@@ -78,3 +78,29 @@ def test_wait_ready_returns_once_the_server_answers(tmp_path: Path) -> None:
         assert waited < 30
     finally:
         server.shutdown()
+
+
+def test_a_call_budget_counts_from_the_calls_start(tmp_path: Path) -> None:
+    """Several scripts in one `run` call share its budget when the caller exports CALL_T0: a loop `wait` whose call
+    began longer ago than CALL_BUDGET_S returns at once (it used to wait its whole budget from its own start, and the
+    call ran past the tool's limit)."""
+    root = tmp_path / "loop"
+    root.mkdir()
+    driver = subprocess.Popen(["sleep", "60"])  # a running driver: the wait would otherwise go on
+    try:
+        (root / "driver.pid").write_text(str(driver.pid))
+        env = {**os.environ, "LOOP_ROOT": str(root), "LOOP_DATA": str(tmp_path / "data"), "PY": sys.executable,
+               "CALL_BUDGET_S": "40", "CALL_T0": str(int(time.time()) - 100), "POLL_S": "1"}
+        env.pop("OUT", None)
+        t = time.monotonic()
+        subprocess.run(["bash", str(GPU / "compeer_loop.sh"), "wait"], env=env, capture_output=True, timeout=120,
+                       cwd=GPU.parents[1])
+        assert time.monotonic() - t < 20
+        env["CALL_T0"] = str(int(time.time()))  # the call just began: the wait polls the driver until its budget
+        t = time.monotonic()
+        subprocess.run(["bash", str(GPU / "compeer_loop.sh"), "wait"], env={**env, "CALL_BUDGET_S": "4"},
+                       capture_output=True, timeout=120, cwd=GPU.parents[1])
+        assert time.monotonic() - t >= 3
+    finally:
+        driver.kill()
+        driver.wait()

@@ -45,7 +45,9 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZ
 export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 LOOP="${PY:-python3} -m compeer_loop.cli"
-T_CALL=$(date +%s)  # CALL_BUDGET_S counts from here: the whole call, whatever its phase did before waiting
+# CALL_BUDGET_S counts from here (the whole call, whatever its phase did before waiting), or from CALL_T0 when set:
+# `export CALL_T0=$(date +%s)` first when one call runs several scripts, so they share the call's budget
+T_CALL=${CALL_T0:-$(date +%s)}
 
 driver_alive() { [ -f $L/driver.pid ] && kill -0 "$(cat $L/driver.pid)" 2>/dev/null; }
 
@@ -72,7 +74,7 @@ collect() {  # what is finished, to $OUT
 
 wait_driver() {
   local budget=${CALL_BUDGET_S:-540}
-  while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep 15; done
+  while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep "${POLL_S:-15}"; done
   $LOOP status --root $L
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
   if [ -f $L/judges.log ]; then  # TRAIN_JUDGES

@@ -15,7 +15,8 @@
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --rationale-bound counted when
 #            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
-#            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all; TRAIN_ARGS:
+#            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all, counted from
+#            CALL_T0 when the caller exported it (several scripts in one call), else from this script's start; TRAIN_ARGS:
 #            more policy_trainer options)
 #   generation  carry compeer_proto, after every staging folder and tools/gpu/vllm_judge.sh install: as run, but two GRPO runs
 #            side by side against one judge server: the policy generating through transformers, then through TRL's
@@ -189,7 +190,7 @@ bench)
   ;;
 run)  # one GRPO run against the judge server, in RUN_DIR (default /tmp/run); WARMUP_FROM: a run folder whose SFT
   # warm-up adapter this run starts from (copied; not retrained)
-  T0=$(date +%s) RUN=${RUN_DIR:-/tmp/run}
+  T0=${CALL_T0:-$(date +%s)} RUN=${RUN_DIR:-/tmp/run}
   start_server || exit 1
   if [ -n "${WARMUP_FROM:-}" ]; then reuse_warmup "$WARMUP_FROM" "$RUN" || exit 1; fi
   train "$RUN" "$(budget_left)" ${TRAIN_ARGS:-} > "$OUT"/train.log 2>&1
@@ -200,7 +201,7 @@ run)  # one GRPO run against the judge server, in RUN_DIR (default /tmp/run); WA
   ;;
 generation)  # issue 16 item 5: the policy generating through transformers, then through TRL's colocated vLLM,
   # side by side in one call: same judge server, same SFT warm-up (trained once, copied), same seed and STEPS each
-  T0=$(date +%s)
+  T0=${CALL_T0:-$(date +%s)}
   vllm_site || exit 1
   JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
   rm -rf /tmp/run-hf /tmp/run-vllm
@@ -218,7 +219,7 @@ generation)  # issue 16 item 5: the policy generating through transformers, then
   summaries "$OUT"/summary-hf.json "$OUT"/summary-vllm.json
   ;;
 overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call (same judge server, warm-up, seed)
-  T0=$(date +%s) arms=(${OVERLAPS:-off same_step next_step})
+  T0=${CALL_T0:-$(date +%s)} arms=(${OVERLAPS:-off same_step next_step})
   vllm_site || exit 1
   JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
   for i in "${!arms[@]}"; do

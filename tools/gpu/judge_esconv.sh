@@ -78,7 +78,7 @@ judges() {  # $@: variants (default prm orm), trained one after the other with t
 }
 
 wait_pipeline() {
-  local T0=$(date +%s) budget=${CALL_BUDGET_S:-560}
+  local T0=${CALL_T0:-$(date +%s)} budget=${CALL_BUDGET_S:-560}  # CALL_T0: as in compeer_loop.sh
   while [ ! -f $R/DONE ] && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 10; done
   collect
   if [ -f $R/DONE ]; then echo "pipeline finished: $(cat $R/DONE)"; else echo "pipeline still running"; fi

@@ -217,7 +217,7 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
 }
 
 wait_pipeline() {
-  local T0=$(date +%s) budget=${CALL_BUDGET_S:-560}
+  local T0=${CALL_T0:-$(date +%s)} budget=${CALL_BUDGET_S:-560}  # CALL_T0: as in compeer_loop.sh
   while [ ! -f $R/DONE ] && [ $(( $(date +%s) - T0 )) -lt "$budget" ]; do sleep 10; done
   collect
   if [ -f $R/DONE ]; then echo "pipeline finished: $(cat $R/DONE)"; else echo "pipeline still running"; fi
