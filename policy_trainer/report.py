@@ -97,11 +97,16 @@ def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def truncate_metrics(out_dir: Path, last_step: int) -> None:
-    """Drop lines after ``last_step`` (a resumed run re-logs the steps after its checkpoint)."""
+    """Drop lines after ``last_step`` (a resumed run re-logs the steps after its checkpoint): the metrics, and the
+    completions file's lines of those steps (lines without a ``step``, from older runs, are kept)."""
     rows = [r for r in read_metrics(out_dir) if int(r.get("step", 0)) <= last_step]
     path = out_dir / METRICS_FILE
     if path.exists():
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for completions in out_dir.glob(COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")):  # every rank's file
+        kept = [line for line in completions.read_text(encoding="utf-8").splitlines(keepends=True)
+                if line.strip() and (json.loads(line).get("step") or 0) <= last_step]
+        completions.write_text("".join(kept), encoding="utf-8")
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

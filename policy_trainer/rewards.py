@@ -180,7 +180,9 @@ class CompeerReward:
         self.last_stats = stats
         self.calls += 1
         if self.settings.completions_path is not None:
-            self._write_completions(judged, columns.get("dialogue_id"))
+            state = columns.get("trainer_state")  # TRL's TrainerState: the step these rollouts train is the next one
+            step = None if state is None else int(state.global_step) + 1
+            self._write_completions(judged, columns.get("dialogue_id"), step)
         self.total_call_failures += stats.call_failures
         if log_metric is not None:
             for name, value in stats.metrics().items():
@@ -254,9 +256,10 @@ class CompeerReward:
         return compeer
 
     # ---- helpers ------------------------------------------------------------------------------------------------
-    def _write_completions(self, judged: _Judged, dialogue_ids: Sequence[Any] | None) -> None:
+    def _write_completions(self, judged: _Judged, dialogue_ids: Sequence[Any] | None, step: int | None) -> None:
         """Append this call's completions to ``completions_path`` (one JSON line each; ``round_index``: the round of
-        its dialogue the prompt ends before, :func:`data_builder.policy_negatives.round_index_of`)."""
+        its dialogue the prompt ends before, :func:`data_builder.policy_negatives.round_index_of`; ``step``: the
+        optimizer step they train, which a resumed run truncates by, as the metrics)."""
         path = self.settings.completions_path
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,7 +267,7 @@ class CompeerReward:
         with path.open("a", encoding="utf-8") as fh:
             for i, (text, reward, score) in enumerate(zip(judged.texts, judged.rewards, judged.scores)):
                 fh.write(json.dumps({
-                    "call": self.calls, "index": i, "group": i // self.settings.num_generations,
+                    "call": self.calls, "step": step, "index": i, "group": i // self.settings.num_generations,
                     "dialogue_id": None if dialogue_ids is None else str(dialogue_ids[i]),
                     "round_index": judged.rounds[i], "text": text,
                     "mark": marks[i], "reward": reward, "total": score.total, "graded_total": score.graded_total,

@@ -64,6 +64,8 @@ def test_same_step_trains_on_the_same_rewards_as_off_with_every_call_prefetched(
     off, same = _completions(tmp_path / "off"), _completions(tmp_path / "same")
     assert [(r["call"], r["text"], r["reward"]) for r in same] == [(r["call"], r["text"], r["reward"]) for r in off]
     assert len({r["call"] for r in same}) == 2
+    # each line names the optimizer step it trains (from TRL's trainer_state), which a resumed run truncates by
+    assert [r["step"] for r in same] == [r["call"] for r in same] and [r["step"] for r in off] == [r["call"] for r in off]
     assert [m["compeer/reward_prefetched"] for m in read_metrics(tmp_path / "same")] == [1.0, 1.0]
     assert [m["compeer/reward_prefetched"] for m in read_metrics(tmp_path / "off")] == [0.0, 0.0]
     # one judge call per step in both: the prefetch replaces TRL's call, it does not add one

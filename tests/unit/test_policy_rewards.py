@@ -288,6 +288,20 @@ def test_log_completions_file_writes_each_completion_with_its_reward_and_mark(tm
     assert all("mark" in r for r in rows)
 
 
+def test_a_resumed_run_drops_the_metrics_and_completions_of_the_steps_after_its_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from policy_trainer.report import read_metrics, truncate_metrics
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    lines = [{"call": 1, "step": 1}, {"call": 2, "step": 2}, {"call": 3, "step": 3}, {"call": 3}]  # last: an old line
+    for name in ("completions.jsonl", "completions.rank1.jsonl"):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    truncate_metrics(tmp_path, 2)
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    for name in ("completions.jsonl", "completions.rank1.jsonl"):
+        kept = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        assert kept == [{"call": 1, "step": 1}, {"call": 2, "step": 2}, {"call": 3}]
+
+
 def test_completions_are_not_written_unless_asked(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from policy_trainer.config import CompeerGRPOConfig
 
