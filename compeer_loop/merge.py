@@ -20,6 +20,8 @@ from compeer_loop.runner import PLAN_FILE, STATE_FILE, load_settings
 
 #: written in ``a/`` when the warm-up was restored from another machine's export, not trained here
 RESTORED = "RESTORED"
+#: written in a GRPO arm's folder when ``compeer_loop.sh export`` sent its state to another machine, which continues it
+EXPORTED = "EXPORTED"
 MANIFEST = "prompts-manifest.json"
 #: plan fields that may differ between merged folders (what ran where); every other setting must be equal
 #: (``cards`` and ``max_concurrent_arms`` place processes on a machine's GPUs; they change no number)
@@ -33,8 +35,11 @@ def _state(root: Path) -> dict[str, Any]:
 
 def _owner(sources: list[Path], rel: str, what: str) -> Path | None:
     """The one source holding ``rel`` (None: none does), not counting a warm-up restored from another machine
-    (``a/RESTORED``, written by ``compeer_loop.sh import``); two holding it is ambiguous."""
-    found = [s for s in sources if (s / rel).exists() and not (s / rel / RESTORED).exists()]
+    (``a/RESTORED``, written by ``compeer_loop.sh import``) nor an arm sent on to another machine (``ARM/EXPORTED``,
+    written by ``compeer_loop.sh export``: the importing machine's folder holds it, continued); two holding it is
+    ambiguous."""
+    found = [s for s in sources if (s / rel).exists() and not (s / rel / RESTORED).exists()
+             and not (s / rel / EXPORTED).exists()]
     if len(found) > 1:
         raise ValueError(f"{what} is in more than one folder ({', '.join(map(str, found))}): keep it in one")
     return found[0] if found else None

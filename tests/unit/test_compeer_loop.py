@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -462,6 +463,57 @@ def test_merge_joins_arms_trained_on_two_machines_and_refuses_what_is_not_compar
     with pytest.raises(ValueError, match="evaluation of c is in more than one folder"):
         merge_roots([m1, twice], tmp_path / "x3")
     assert main(["merge", "--out", str(tmp_path / "all"), str(m1), str(m2)]) == 2  # never over an existing folder
+
+
+def test_an_arm_cut_short_on_one_machine_is_continued_on_the_next(tmp_path: Path) -> None:
+    """`compeer_loop.sh export` sends each GRPO arm's newest complete checkpoint (or its final adapter) with its
+    metrics and completions; the next machine's `import` restores them (the driver then resumes the arm), and
+    `compeer-loop merge` takes the arm from the folder that continued it, not from the one marked EXPORTED."""
+    import subprocess
+
+    from compeer_loop.merge import merge_roots
+
+    script = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "compeer_loop.sh"
+    m1 = _loop_folder(tmp_path / "m1", ["a", "b", "c"], ["a"], "aa11")
+    (m1 / "a" / "warmup" / "adapter" / "adapter_model.safetensors").write_bytes(b"w" * 1000)
+    for step, complete in ((5, True), (10, False)):  # checkpoint-10 was still being written
+        ck = m1 / "c" / f"checkpoint-{step}"
+        ck.mkdir()
+        (ck / "adapter_model.safetensors").write_bytes(bytes([step]) * 500)
+        if complete:
+            (ck / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (m1 / "c" / "completions.jsonl").write_text(json.dumps({"call": 1, "step": 1}) + "\n")
+    (m1 / "b" / "final").mkdir()
+    (m1 / "b" / "final" / "adapter_config.json").write_text("{}")
+    env = {**os.environ, "LOOP_ROOT": str(m1), "EXPORT_DIR": str(tmp_path / "x"), "OUT": str(tmp_path / "out")}
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(["bash", str(script), "export"], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0 and "left: done" in done.stdout, done.stdout + done.stderr
+    assert (m1 / "c" / "EXPORTED").exists() and (m1 / "b" / "EXPORTED").exists()
+
+    work = tmp_path / "work"  # the next machine's tree, with the parts carried in .gpu-import/i1
+    (work / ".gpu-import" / "i1").mkdir(parents=True)
+    for f in (tmp_path / "out").iterdir():
+        (work / ".gpu-import" / "i1" / f.name).write_bytes(f.read_bytes())
+    m2 = tmp_path / "m2"
+    env = {**os.environ, "LOOP_ROOT": str(m2), "IMPORT_DIR": str(tmp_path / "i")}
+    done = subprocess.run(["bash", str(script), "import"], env=env, cwd=work, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0 and "arm c restored" in done.stdout, done.stdout + done.stderr
+    assert (m2 / "a" / "RESTORED").exists() and (m2 / "a" / "warmup" / "adapter" / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in (m2 / "c").iterdir()) == ["checkpoint-5", "completions.jsonl", "metrics.jsonl"]
+    assert (m2 / "c" / "checkpoint-5" / "trainer_state.json").exists() and (m2 / "b" / "final").is_dir()
+    assert not (m2 / "c" / "EXPORTED").exists()
+
+    # machine 2 finished c (its plan and state as `start` writes them), then both folders are merged
+    (m2 / "c" / "final").mkdir()
+    (m2 / "plan.json").write_text((m1 / "plan.json").read_text())
+    (m2 / "state.json").write_text(json.dumps({"elapsed_s": 50.0, "warmup_sha256": "aa11", "arms": {}, "eval": {}}))
+    (m2 / "prompts-manifest.json").write_text((m1 / "prompts-manifest.json").read_text())
+    merge_roots([m1, m2], tmp_path / "all")
+    assert (tmp_path / "all" / "c" / "final").is_dir() and (tmp_path / "all" / "b" / "final").is_dir()
+    assert not (tmp_path / "all" / "c" / "EXPORTED").exists()
 
 
 def test_judge_follows_reports_length_correlation_and_strategy_gap_over_valid_judged_replies() -> None:

@@ -26,20 +26,23 @@
 #   TRAIN_JUDGES='prm orm' on `start` (with ARMS=a) also trains the PRM and ORM judges for arm (f) in the background
 #     (tools/gpu/judge_esconv.sh judges: the shipped judge's profile and steps; needs .gpu-judge carried on `stage`,
 #     from `bash tools/gpu/judge_esconv.sh pack`)
-#   export   (no carry)                            packs arm (a)'s warm-up adapter (float32, exact) and the PRM/ORM
-#                                                  judges (bfloat16) in 15 MiB parts + export.sha256; each call
+#   export   (no carry)                            packs arm (a)'s warm-up adapter (float32, exact), the PRM/ORM
+#                                                  judges (bfloat16) and each GRPO arm's final adapter or newest
+#                                                  complete checkpoint with its metrics and completions (the arm is
+#                                                  marked EXPORTED here) in 15 MiB parts + export.sha256; each call
 #                                                  sends the next 56 MiB of parts to $OUT: repeat until it says done
 #   import   carry .gpu-import/iN                  here the parts go in .gpu-import/i1, i2, ... (48 MB each at most);
-#                                                  copies them to the device; `start` then checks them against
-#                                                  export.sha256 and restores the warm-up (arm a is done, never
-#                                                  retrained) and PRM_ADAPTER/ORM_ADAPTER
+#                                                  copies them to the device; once all are there (checked against
+#                                                  export.sha256) restores the warm-up (arm a is done, never
+#                                                  retrained) and the arms (the driver resumes one from its
+#                                                  checkpoint); `start` sets PRM_ADAPTER/ORM_ADAPTER
 # $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, every arm's metrics.jsonl, summary.json,
 # judge.json and machine.json, completions.jsonl where LOOP_ARGS has --grpo-sets log_completions_file=true, every
 # evaluation's records.jsonl, esc.json and done.json, the prompt manifest),
 # logs.tar.xz (log tails), driver.log.
 set -uo pipefail
 S=/tmp/cp-stage L=${LOOP_ROOT:-/tmp/loop} D=${LOOP_DATA:-/tmp/loop-data}
-X=/tmp/cp-export I=/tmp/cp-import J=/tmp/judge-run
+X=${EXPORT_DIR:-/tmp/cp-export} I=${IMPORT_DIR:-/tmp/cp-import} J=/tmp/judge-run
 mkdir -p "$S" "$L"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
@@ -90,6 +93,7 @@ export_parts() {  # what a later machine needs, in parts of at most 15 MiB, then
     if [ -f $L/judges.log ] && [ ! -f $J/JUDGES_DONE ]; then echo "export: the judges are still training"; return 1; fi
     mkdir -p $X/tmp && tar -cf $X/tmp/warmup.tar -C $L a/warmup/adapter || return 1
     for v in prm orm; do [ -f $J/$v-bf16/adapter_config.json ] && { tar -cf $X/tmp/$v-bf16.tar -C $J $v-bf16 || return 1; }; done
+    export_arms || return 1
     ( cd $X/tmp && sha256sum *.tar > ../export.sha256 && for t in *.tar; do split -b 15M -d "$t" "../$t.part-"; done ) || return 1
     rm -rf $X/tmp; touch $X/sent.txt
   fi
@@ -104,13 +108,41 @@ export_parts() {  # what a later machine needs, in parts of at most 15 MiB, then
   echo "export: sent $n files ($bytes bytes) this call; $left left$([ $left -eq 0 ] && echo ': done')"
 }
 
+export_arms() {  # each GRPO arm that trained here: its final adapter, or else its latest complete checkpoint, with its
+  # metrics, completions and launch record (arm-<name>.tar); the arm is then marked EXPORTED here: the machine that
+  # imports it continues it (--resume from that checkpoint) and `compeer-loop merge` takes the arm from there
+  local arm dir ck
+  for dir in $L/[b-f]; do
+    [ -d "$dir" ] || continue
+    arm=$(basename "$dir") ck=
+    if [ -f "$dir"/final/adapter_config.json ]; then ck=final
+    else  # the newest checkpoint whose trainer state was written (a checkpoint being saved is skipped)
+      ck=$(cd "$dir" && ls -d checkpoint-* 2>/dev/null | sort -t- -k2 -n | while read -r c; do
+        [ -f "$c"/trainer_state.json ] && echo "$c"; done | tail -n 1)
+    fi
+    [ -n "$ck" ] || continue
+    ( cd $L && { ls -d "$arm/$ck" $arm/metrics.jsonl $arm/completions*.jsonl $arm/machine.json 2>/dev/null || true; } \
+      | tar -cf $X/tmp/arm-$arm.tar -T - ) || return 1  # (ls fails on the files an arm does not have)
+    touch "$dir"/EXPORTED && echo "export: arm $arm ($ck)"
+  done
+}
+
+join_parts() {  # the exported files joined from their parts and checked against export.sha256 (1: some missing)
+  [ -f $I/export.sha256 ] && ( cd $I && for t in $(awk '{print $2}' export.sha256); do
+    cat "$t".part-* > "$t" 2>/dev/null || exit 1; done && sha256sum --quiet -c export.sha256 >/dev/null 2>&1 )
+}
+
 import_parts() {  # restore what an earlier machine exported (checked against its export.sha256)
   [ -f $I/export.sha256 ] || return 0
-  ( cd $I && for t in $(awk '{print $2}' export.sha256); do cat "$t".part-* > "$t" || exit 1; done \
-    && sha256sum -c export.sha256 ) || { echo "import: parts missing or damaged"; return 1; }
+  join_parts || { echo "import: parts missing or damaged"; return 1; }
   if [ ! -f $L/a/warmup/adapter/adapter_config.json ]; then  # RESTORED: compeer-loop merge knows a was not trained here
     tar -xf $I/warmup.tar -C $L && grep warmup.tar $I/export.sha256 > $L/a/RESTORED || return 1
   fi
+  local t arm
+  for t in $(awk '{print $2}' $I/export.sha256 | grep '^arm-'); do  # GRPO arms to continue here (or evaluate)
+    arm=${t#arm-} && arm=${arm%.tar}
+    if [ ! -d $L/$arm ]; then tar -xf $I/$t -C $L && echo "import: arm $arm restored" || return 1; fi
+  done
   mkdir -p $S/judges && for v in prm orm; do [ -f $I/$v-bf16.tar ] && { tar -xf $I/$v-bf16.tar -C $S/judges || return 1; }; done
   [ -d $S/judges/prm-bf16 ] && [ -d $S/judges/orm-bf16 ] && PRM_ADAPTER=${PRM_ADAPTER:-$S/judges/prm-bf16} \
     ORM_ADAPTER=${ORM_ADAPTER:-$S/judges/orm-bf16}
@@ -173,8 +205,9 @@ stage)
     || exit 1
   if [ -f .gpu-judge/esconv.tar.xz ]; then cp .gpu-judge/esconv.tar.xz "$S"/ || exit 1; fi  # for TRAIN_JUDGES
   ;;
-import)
+import)  # the parts carried; once all are here (export.sha256 checks them) the warm-up and the arms are restored
   mkdir -p $I && cp .gpu-import/*/* $I/ && ls -l $I
+  if join_parts; then import_parts || exit 1; else echo "import: not all parts here yet"; fi
   ;;
 export)
   [ -n "${OUT:-}" ] || { echo "export: no \$OUT"; exit 1; }

@@ -16,7 +16,8 @@ a_label, b_label, kind_of_reward = args.a_label, args.b_label, args.reward
 
 
 def groups(path, label):
-    totals = json.load(open(path))["totals"][label][args.reference]
+    with open(path) as fh:
+        totals = json.load(fh)["totals"][label][args.reference]
     return [{k: t[kind_of_reward] for k, t in g.items()} for g in totals]
 
 
