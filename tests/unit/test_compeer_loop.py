@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -506,12 +507,22 @@ def test_an_arm_cut_short_on_one_machine_is_continued_on_the_next(tmp_path: Path
     assert (m2 / "c" / "checkpoint-5" / "trainer_state.json").exists() and (m2 / "b" / "final").is_dir()
     assert not (m2 / "c" / "EXPORTED").exists()
 
+    # machine 1's results as its last `wait` packs them (the EXPORTED marks with them), brought here
+    env = {**os.environ, "LOOP_ROOT": str(m1), "OUT": str(tmp_path / "out1"), "PY": sys.executable,
+           "CALL_BUDGET_S": "0", "LOOP_DATA": str(tmp_path / "data")}
+    (tmp_path / "out1").mkdir()
+    subprocess.run(["bash", str(script), "wait"], env=env, capture_output=True, timeout=120, check=False,
+                   cwd=script.parents[2])
+    here = tmp_path / "m1-here"
+    here.mkdir()
+    subprocess.run(["tar", "-xJf", str(tmp_path / "out1" / "results.tar.xz"), "-C", str(here)], check=True)
+    assert (here / "c" / "EXPORTED").exists()
     # machine 2 finished c (its plan and state as `start` writes them), then both folders are merged
     (m2 / "c" / "final").mkdir()
     (m2 / "plan.json").write_text((m1 / "plan.json").read_text())
     (m2 / "state.json").write_text(json.dumps({"elapsed_s": 50.0, "warmup_sha256": "aa11", "arms": {}, "eval": {}}))
     (m2 / "prompts-manifest.json").write_text((m1 / "prompts-manifest.json").read_text())
-    merge_roots([m1, m2], tmp_path / "all")
+    merge_roots([here, m2], tmp_path / "all")
     assert (tmp_path / "all" / "c" / "final").is_dir() and (tmp_path / "all" / "b" / "final").is_dir()
     assert not (tmp_path / "all" / "c" / "EXPORTED").exists()
 

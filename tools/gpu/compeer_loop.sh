@@ -36,7 +36,8 @@
 #                                                  export.sha256) restores the warm-up (arm a is done, never
 #                                                  retrained) and the arms (the driver resumes one from its
 #                                                  checkpoint); `start` sets PRM_ADAPTER/ORM_ADAPTER
-# $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, every arm's metrics.jsonl, summary.json,
+# $OUT gets at most 4 files: status.txt, results.tar.xz (plan, state, the RESTORED and EXPORTED marks, every arm's
+# metrics.jsonl, summary.json,
 # judge.json and machine.json, completions.jsonl where LOOP_ARGS has --grpo-sets log_completions_file=true, every
 # evaluation's records.jsonl, esc.json and done.json, the prompt manifest),
 # logs.tar.xz (log tails), driver.log.
@@ -65,7 +66,7 @@ collect() {  # what is finished, to $OUT
   [ -n "${OUT:-}" ] || return 0
   $LOOP status --root $L > "$OUT"/status.txt 2>&1
   local f=(plan.json state.json DONE)
-  for x in $L/a/RESTORED $L/a/warmup/adapter/adapter_config.json $L/*/metrics.jsonl $L/*/completions.jsonl $L/*/summary.json $L/*/judge.json $L/*/machine.json $L/eval/*/records.jsonl $L/eval/*/esc.json $L/eval/*/done.json; do
+  for x in $L/a/RESTORED $L/*/EXPORTED $L/a/warmup/adapter/adapter_config.json $L/*/metrics.jsonl $L/*/completions.jsonl $L/*/summary.json $L/*/judge.json $L/*/machine.json $L/eval/*/records.jsonl $L/eval/*/esc.json $L/eval/*/done.json; do
     [ -f "$x" ] && f+=("${x#$L/}"); done
   cp $D/manifest.json $L/prompts-manifest.json 2>/dev/null && f+=(prompts-manifest.json)
   ( cd $L && ls "${f[@]}" 2>/dev/null | tar -cJf "$OUT"/results.tar.xz -T - )
