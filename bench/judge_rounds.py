@@ -8,9 +8,10 @@ so a judgment waits for its longest round. The judge was trained on the sequenti
 change, and this run measures how often. With ``--compare prefix`` the other path is ``JudgeSettings.answer_prefix``
 instead: each round's answer is started for the engine with ``Rationale:``, so it decodes only the rest (the same
 conversation, a few positions fewer a round); "today's sequential rounds" is then the path without the prefix.
+``--compare independent,prefix`` sets both beside today's path on the one engine.
 
-    python -m bench.judge_rounds [--compare independent|prefix] [--judge 1.5b-judge] [--device cpu|cuda]
-        [--dtype float32] [--sets 2]
+    python -m bench.judge_rounds [--compare independent|prefix|independent,prefix] [--judge 1.5b-judge]
+        [--device cpu|cuda] [--dtype float32] [--sets 2] [--launch-bound]
 
 Workload: real ESConv conversations (``--data``) as :mod:`bench.judge_bases_cpu` builds them: ``--groups`` x
 ``--group-size`` contrast candidates a set (default one GRPO step, 8 x 4: the real supporter turn and negatives that
@@ -23,9 +24,14 @@ accepted rounds' tokens, by the judge's tokenizer: their sum when sequential, th
 step's positions = the largest over its candidates, which decode together; the prefix path decodes each round's
 tokens less the prefix's), seconds per position, generations a round (re-generations of unparsable rounds
 included). Agreement: per component, the share of candidates whose verdict is the same on both paths. Writes
-``bench/results/judge_rounds_<device>.json`` (``judge_rounds_prefix_<device>.json`` with ``--compare prefix``); ratios
-are the other path over sequential. On a GPU, set the per-position figure beside the launch floor that ``bench.judge_engines_gpu`` measures
-on the same card.
+``bench/results/judge_rounds_<device>.json`` (``judge_rounds_prefix_<device>.json`` with ``--compare prefix``,
+``judge_rounds_all_<device>.json`` with both); ratios are each other path over sequential.
+
+``--rationale-bound`` picks the engine's bound (one a run: the bound is the engine's). ``--launch-bound`` (the default on
+``cuda``) measures, after the paths and on the same engine, the launch floor of
+:func:`bench.judge_engines_gpu.launch_bound` with as many unconstrained rows as a set has candidates (ms per decode
+position), and per path ``floor_multiple``: the step's wall time over floor x the step's sequential positions (issue
+27's goal: within 2x).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from typing import Any
 
 from bench.common import machine_description, print_table, write_result
 from bench.judge_bases_cpu import ESCONV_VALID, JUDGES, esconv_groups
+from bench.judge_engines_gpu import launch_bound
+from judge.engines.settings import RATIONALE_BOUNDS
 
 #: the judge settings of each path (none of them the defaults: "sequential" is today's path, without the prefix)
 PATH_SETTINGS: dict[str, dict[str, bool]] = {"sequential": {"answer_prefix": False},
@@ -66,6 +74,11 @@ def positions(texts: list[str], independent: bool, count: Any, given: int = 0) -
     return (max(sizes) if independent else sum(sizes)) if sizes else 0
 
 
+def floor_multiple(step_s: float, step_positions: float, floor_ms: float) -> float:
+    """A judged step's wall time over what its sequential decode positions cost at the launch floor."""
+    return step_s / (floor_ms * step_positions / 1000)
+
+
 def agreement(a: list[Any], b: list[Any]) -> dict[str, dict[str, float | int]]:
     """Per component: candidates judged on both paths and the share with the same verdict."""
     out: dict[str, dict[str, float | int]] = {}
@@ -88,10 +101,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from judge.factory import build_engine, resolve_engine
     from judge.protocol import ANSWER_PREFIX, JudgeSettings, load_template
 
-    paths = ("sequential", args.compare)
+    paths = ("sequential", *args.compare)
     base, adapter = JUDGES[args.judge]
-    config = resolve_engine(EngineConfig(backend="vllm", dtype=args.dtype, device=args.device, max_model_len=4096),
-                            base, adapter)
+    bound = {"rationale_bound": args.rationale_bound} if args.rationale_bound else {}
+    config = resolve_engine(EngineConfig(backend="vllm", dtype=args.dtype, device=args.device, max_model_len=4096,
+                                         **bound), base, adapter)
     engine = build_engine(config)
     if not isinstance(engine, VllmEngine):
         raise TypeError(f"expected the vLLM engine, got {type(engine).__name__}")
@@ -110,7 +124,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     start_s = time.perf_counter() - t
     template, taxonomy = load_template(), load_taxonomy()
     judges = {p: Judge(engine, template, taxonomy, JudgeSettings(**PATH_SETTINGS[p])) for p in paths}
-    assert judges[paths[1]].prefixed == (args.compare == "prefix")
+    assert all(judges[p].prefixed == PATH_SETTINGS[p]["answer_prefix"] for p in paths)
     groups = esconv_groups(args.data, 1 + args.sets * args.groups, args.group_size, args.seed)
     warm = [{**groups[0], "candidates": groups[0]["candidates"][:1]}]
     for judge in judges.values():  # compile and warm both paths' shapes before anything is timed
@@ -120,12 +134,16 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     steps: dict[str, list[int]] = {p: [] for p in paths}
     done: dict[str, list[Any]] = {p: [] for p in paths}
     for i, groups_ in enumerate(sets):
-        for p in (paths if i % 2 == 0 else paths[::-1]):
+        for p in paths[i % len(paths):] + paths[:i % len(paths)]:  # each path first in turn
             await engine.reset_prefix_cache()
             wall, judgments = await _judge_set(judges[p], groups_)
             walls[p].append(wall)
             steps[p].append(max(pos(p, j.texts) for j in judgments))
             done[p] += judgments
+    floor = None
+    if args.launch_bound:
+        await engine.reset_prefix_cache()
+        floor = await launch_bound(engine, sum(len(g["candidates"]) for g in sets[0]), 16, args.launch_tokens)
     await engine.stop()
     figures: dict[str, Any] = {}
     for p in paths:
@@ -138,18 +156,30 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                                                   for t in j.texts) / max(1, rounds),
                       "generations_per_round": sum(j.generations for j in done[p]) / max(1, rounds),
                       "unparsed_components": sum(1 for j in done[p] for v in j.verdicts.values() if v is None)}
+        if floor is not None and step_pos:
+            figures[p]["floor_multiple"] = floor_multiple(step_s, step_pos, floor["ms_per_position"])
     return {"model": config.model_id, "adapter": config.adapter_id, "dtype": args.dtype, "start_s": start_s,
+            "rationale_bound": config.bound,
             "candidates_per_set": sum(len(g["candidates"]) for g in sets[0]), "paths": figures,
-            "agreement": agreement(done["sequential"], done[args.compare]),
+            "launch_bound": floor,
+            "agreement": {p: agreement(done["sequential"], done[p]) for p in paths[1:]},
             "settings": {p: PATH_SETTINGS[p] for p in paths},
             "dialogues": [g["dialogue_id"] for s in sets for g in s]}
+
+
+def _compared(value: str) -> tuple[str, ...]:
+    """``--compare``: one or more of the non-sequential paths, comma-separated, each once."""
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not names or len(set(names)) != len(names) or not set(names) <= set(PATH_SETTINGS) - {"sequential"}:
+        raise argparse.ArgumentTypeError(f"--compare {value!r}: expected independent, prefix or independent,prefix")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=ESCONV_VALID, help="ESConv JSON (raw corpus schema)")
-    p.add_argument("--compare", default="independent", choices=("independent", "prefix"),
-                   help="the path set beside today's sequential rounds")
+    p.add_argument("--compare", default="independent", type=_compared,
+                   help="the path(s) set beside today's sequential rounds: independent, prefix or both, comma-separated")
     p.add_argument("--judge", default="1.5b-judge", choices=sorted(JUDGES), help="the judge (bench.judge_bases_cpu)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
@@ -157,24 +187,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-size", type=int, default=4, help="candidates a group")
     p.add_argument("--sets", type=int, default=2, help="sets; each is judged by both paths")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rationale-bound", choices=RATIONALE_BOUNDS, default=None,
+                   help="the engine's rationale bound (default: the engine's default)")
+    p.add_argument("--launch-bound", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure the launch floor on the same engine afterwards (default: on cuda only)")
+    p.add_argument("--launch-tokens", type=int, default=144, help="the launch floor's long run (tokens a row)")
     p.add_argument("--note", action="append", default=[], help="a note to record in the JSON (repeatable)")
     args = p.parse_args(argv)
+    if args.launch_bound is None:
+        args.launch_bound = args.device == "cuda"
     fig = asyncio.run(measure(args))
-    seq, ind = fig["paths"]["sequential"], fig["paths"][args.compare]
-    ratios = {k: ind[k] / seq[k] for k in ("step_s", "step_positions", "ms_per_position") if seq[k] and ind[k]}
-    name = f"judge_rounds_{args.device}" if args.compare == "independent" else f"judge_rounds_prefix_{args.device}"
-    out = write_result(name, {
+    seq = fig["paths"]["sequential"]
+    ratios = {c: {k: fig["paths"][c][k] / seq[k] for k in ("step_s", "step_positions", "ms_per_position")
+                  if seq[k] and fig["paths"][c][k]} for c in args.compare}
+    name = {("independent",): "judge_rounds", ("prefix",): "judge_rounds_prefix"}.get(args.compare, "judge_rounds_all")
+    out = write_result(f"{name}_{args.device}", {
         "command": " ".join(["python -m bench.judge_rounds", *(argv if argv is not None else sys.argv[1:])]),
         "workload": {"data": str(args.data), "groups": args.groups, "group_size": args.group_size, "sets": args.sets,
                      "seed": args.seed, "mode": "unified", "engine": f"vllm-{args.device}", "prefix_caching": True,
                      "vllm_cpu_env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")}},
-        "machine_detail": machine_description(), **fig, f"ratios_{args.compare}_over_sequential": ratios,
-        "notes": args.note})
-    rows = [(k, seq[k], f"{ind[k]:.4g} ({ratios[k]:.2f}x)" if k in ratios else str(ind[k]))
-            for k in ("step_s", "step_positions", "ms_per_position", "judgment_positions_mean",
-                      "round_positions_mean", "generations_per_round", "unparsed_components")]
-    rows += [(f"agreement {c}", a["candidates"], f"{a['share']:.3f}") for c, a in fig["agreement"].items()]
-    print_table(f"{fig['model']} + {fig['adapter']} on {args.device}: sequential vs {args.compare}", rows)
+        "machine_detail": machine_description(), **fig,
+        **{f"ratios_{c}_over_sequential": ratios[c] for c in args.compare}, "notes": args.note})
+    for c in args.compare:
+        other = fig["paths"][c]
+        rows = [(k, seq.get(k), f"{other[k]:.4g} ({ratios[c][k]:.2f}x)" if k in ratios[c] else str(other.get(k)))
+                for k in ("step_s", "step_positions", "ms_per_position", "floor_multiple", "judgment_positions_mean",
+                          "round_positions_mean", "generations_per_round", "unparsed_components")]
+        rows += [(f"agreement {comp}", a["candidates"], f"{a['share']:.3f}") for comp, a in fig["agreement"][c].items()]
+        print_table(f"{fig['model']} + {fig['adapter']} on {args.device}: sequential vs {c}", rows)
+    if fig["launch_bound"]:
+        print(f"launch floor: {fig['launch_bound']['ms_per_position']:.3f} ms a position "
+              f"({fig['launch_bound']['rows']} rows)")
     print(f"\nwrote {out}")
     return 0
 

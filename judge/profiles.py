@@ -75,12 +75,20 @@ class ProfileLoader:
         return self.check(data, f"profile {path}")
 
     def override(self, item: str) -> tuple[str, Any]:
-        """``KEY=VALUE`` of ``--set``, VALUE read as YAML (numbers, booleans, lists and null work), checked."""
+        """``KEY=VALUE`` of ``--set``, VALUE read as YAML (numbers, booleans, lists and null work), checked; the
+        VALUE of a text field stays the text as given (YAML 1.1 would read ``off``, ``on``, ``yes`` or ``no`` as a
+        boolean)."""
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         key, raw = item.split("=", 1)
         key = key.strip()
-        return next(iter(self.check({key: yaml.safe_load(raw)}, "--set").items()))
+        value = yaml.safe_load(raw)
+        if isinstance(value, bool) and isinstance(self._defaults().get(key), str):
+            value = raw.strip()
+        return next(iter(self.check({key: value}, "--set").items()))
+
+    def _defaults(self) -> dict[str, Any]:
+        return {f.name: f.default for f in dataclasses.fields(self.cls)}
 
     def check(self, values: Mapping[str, Any], source: str) -> dict[str, Any]:
         """``values`` with every key a field and every value of the field's kind (YAML 1.1 reads ``2e-5`` as a
@@ -91,7 +99,7 @@ class ProfileLoader:
                 close = difflib.get_close_matches(key, names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigError(f"{source}: {key!r} is not a config field{hint}; see `{self.command} --help-fields`")
-        defaults = {f.name: f.default for f in dataclasses.fields(self.cls)}
+        defaults = self._defaults()
         return {key: _of_kind(key, value, defaults.get(key), source) for key, value in values.items()}
 
     def build(self, values: Mapping[str, Any], source: str = "config") -> Any:
@@ -135,6 +143,9 @@ class ProfileLoader:
 
 def _of_kind(key: str, value: Any, default: Any, source: str) -> Any:
     kind = type(default)
+    if isinstance(default, str) and isinstance(value, bool):  # a profile's `key: off` (YAML 1.1 reads it as false)
+        raise ConfigError(f"{source}: {key}: expected text, got the boolean {value!r}: quote the value "
+                          f"(YAML reads off, on, yes and no as booleans)")
     if default is None or kind not in _KINDS or value is None or (kind is float and not isinstance(value, bool)
                                                                   and isinstance(value, int)):
         return value

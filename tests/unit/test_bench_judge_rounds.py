@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from bench.judge_rounds import agreement, positions
+import argparse
+
+import pytest
+
+from bench.judge_rounds import _compared, agreement, floor_multiple, positions
 from cer.verdicts import Preference
 from judge.conversation import CandidateJudgment
 
@@ -36,3 +40,15 @@ def test_positions_leave_out_the_tokens_an_answer_prefix_gave() -> None:
 
     assert positions(texts, independent=False, count=count, given=1) == (2 + 1) + (1 + 1)
     assert positions(texts, independent=False, count=count) == (3 + 1) + (2 + 1)
+
+
+def test_compare_takes_one_or_both_other_paths_each_once() -> None:
+    assert _compared("prefix") == ("prefix",)
+    assert _compared("independent, prefix") == ("independent", "prefix")
+    for bad in ("", "sequential", "prefix,prefix", "fast"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--compare"):
+            _compared(bad)
+
+
+def test_floor_multiple_is_the_step_over_its_positions_at_the_floor() -> None:
+    assert floor_multiple(0.2, 50, 2.0) == pytest.approx(2.0)  # 50 positions x 2 ms = 0.1 s at the floor

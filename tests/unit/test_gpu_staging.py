@@ -104,3 +104,12 @@ def test_a_call_budget_counts_from_the_calls_start(tmp_path: Path) -> None:
     finally:
         driver.kill()
         driver.wait()
+
+
+def test_the_overlap_runs_share_a_judge_server_without_a_result_cache() -> None:
+    """same_step's rollouts equal off's (same seed, same algorithm): a cached server answered them all from off's
+    judgments on 2026-11-29, and the run measured nothing. The overlap phase starts its server with the cache off."""
+    text = (GPU / "device_evidence.sh").read_text()
+    phase = text[text.index("\noverlap)"):]
+    assert re.search(r"JUDGE_CACHE=\$\{JUDGE_CACHE:-off\}[^\n]*start_server", phase)
+    assert '--cache "${JUDGE_CACHE:-memory}"' in text

@@ -81,6 +81,18 @@ def test_unknown_profile_keys_and_overrides_are_rejected(tmp_path: Path) -> None
         C.resolve_profile("no-such-profile")
 
 
+def test_a_text_field_set_to_off_stays_the_text(tmp_path: Path) -> None:
+    """YAML 1.1 reads off/on/yes/no as booleans: ``--set reward_overlap=off`` failed with "got False" on the GPU."""
+    assert C.parse_override("reward_overlap=off") == ("reward_overlap", "off")
+    assert C.parse_override("reward_overlap='off'") == ("reward_overlap", "off")
+    assert C.parse_override("gradient_checkpointing=off") == ("gradient_checkpointing", False)  # a boolean field
+    assert _cfg(tmp_path, **dict([C.parse_override("reward_overlap=off")])).reward_overlap == "off"
+    profile = tmp_path / "p.yaml"
+    profile.write_text("reward_overlap: off\n")
+    with pytest.raises(ValueError, match="reward_overlap: expected text, got the boolean False: quote the value"):
+        C.read_profile(str(profile))
+
+
 def test_compeer_fields_do_not_shadow_trl_fields() -> None:
     """A name clash silently changes TRL's behaviour (e.g. TrainingArguments.warmup_steps is the LR warm-up)."""
     tree = ast.parse(inspect.getsource(C.CompeerGRPOConfig))

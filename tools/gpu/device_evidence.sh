@@ -25,8 +25,10 @@
 #            which tools/gpu/vllm_judge.sh stage prepared); metrics, summaries (-hf, -vllm), plots-logs.tar.xz
 #   overlap  carry compeer_proto, after every staging folder and tools/gpu/vllm_judge.sh install: issue 27's GRPO runs,
 #            one per reward_overlap (OVERLAPS, default "off same_step next_step"), each generating through TRL's
-#            colocated vLLM against one judge server (JUDGE_MODEL as in generation), the first run's SFT warm-up copied to
-#            the others, STEPS each; summaries (-off, -same_step, -next_step), metrics, plots and logs in plots-logs.tar.xz
+#            colocated vLLM against one judge server (JUDGE_MODEL as in generation; no result cache: JUDGE_CACHE, default
+#            off here, memory elsewhere), the first run's SFT warm-up copied to
+#            the others (or WARMUP_FROM's, a run folder of an earlier call, to all), STEPS each; summaries (-off,
+#            -same_step, -next_step), metrics, plots and logs in plots-logs.tar.xz
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -98,7 +100,7 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
   local model=${JUDGE_MODEL:-/tmp/smollm2}
   [ -d "$model" ] || export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S  # a base name or `default`
   local args=(serve --backend "$JUDGE_BACKEND" --model "$model" --device cuda --embedding-model "$S"/minilm-q8
-              --cache memory --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
+              --cache "${JUDGE_CACHE:-memory}" --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
   [ "${JUDGE_STATIC_CACHE:-false}" = true ] && args+=(--static-cache)
   [ -n "${JUDGE_GRAMMAR_KERNEL:-}" ] && args+=(--grammar-kernel "$JUDGE_GRAMMAR_KERNEL")
   [ -n "${JUDGE_GRAMMAR_BACKEND:-}" ] && args+=(--grammar-backend "$JUDGE_GRAMMAR_BACKEND")
@@ -221,11 +223,15 @@ generation)  # issue 16 item 5: the policy generating through transformers, then
 overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call (same judge server, warm-up, seed)
   T0=${CALL_T0:-$(date +%s)} arms=(${OVERLAPS:-off same_step next_step})
   vllm_site || exit 1
-  JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
+  # no result cache: the runs share one server, and same_step's rollouts are off's (same seed, same algorithm), so a
+  # cache would answer the second run's every call from the first's judgments (it did on 2026-11-29)
+  JUDGE_CACHE=${JUDGE_CACHE:-off} JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
   for i in "${!arms[@]}"; do
     arm=${arms[$i]} left=$(( ${#arms[@]} - i ))
     rm -rf /tmp/run-"$arm"
-    (( i > 0 )) && { reuse_warmup /tmp/run-"${arms[0]}" /tmp/run-"$arm" || exit 1; }
+    # the first run's warm-up, or WARMUP_FROM's (a run of an earlier call on this machine) for every run
+    from=${WARMUP_FROM:-$( (( i > 0 )) && echo /tmp/run-"${arms[0]}")}
+    [ -n "$from" ] && { reuse_warmup "$from" /tmp/run-"$arm" || exit 1; }
     train_vllm /tmp/run-"$arm" "$(( $(budget_left) / left ))" --set reward_overlap="$arm" > "$OUT"/train-"$arm".log 2>&1
     echo "reward_overlap $arm: train exit $?"
     collect /tmp/run-"$arm" -"$arm"
