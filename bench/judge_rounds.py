@@ -27,7 +27,9 @@ included). Agreement: per component, the share of candidates whose verdict is th
 ``bench/results/judge_rounds_<device>.json`` (``judge_rounds_prefix_<device>.json`` with ``--compare prefix``,
 ``judge_rounds_all_<device>.json`` with both); ratios are each other path over sequential.
 
-``--rationale-bound`` picks the engine's bound (one a run: the bound is the engine's). ``--launch-bound`` (the default on
+``--rationale-bound`` picks the engine's bound (one a run: the bound is the engine's); ``--baseline`` takes the JSON
+of an earlier run on the same rounds (every candidate's verdicts are in it) and adds each path's agreement with that
+run's sequential path: e.g. ``max_tokens`` against ``counted``. ``--launch-bound`` (the default on
 ``cuda``) measures, after the paths and on the same engine, the launch floor of
 :func:`bench.judge_engines_gpu.launch_bound` with as many unconstrained rows as a set has candidates (ms per decode
 position), and per path ``floor_multiple``: the step's wall time over floor x the step's sequential positions (issue
@@ -38,6 +40,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import enum
+import json
 import os
 import sys
 import time
@@ -79,12 +83,17 @@ def floor_multiple(step_s: float, step_positions: float, floor_ms: float) -> flo
     return step_s / (floor_ms * step_positions / 1000)
 
 
-def agreement(a: list[Any], b: list[Any]) -> dict[str, dict[str, float | int]]:
-    """Per component: candidates judged on both paths and the share with the same verdict."""
+def verdict_rows(judgments: list[Any]) -> list[dict[str, Any]]:
+    """Each candidate's verdicts as JSON values (a preference by its label; an unparsed verdict None)."""
+    return [{c: v.value if isinstance(v, enum.Enum) else v for c, v in j.verdicts.items()} for j in judgments]
+
+
+def agreement(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """Per component: candidates judged on both sides (:func:`verdict_rows`, in the same candidate order) and the
+    share with the same verdict (an unparsed verdict never agrees)."""
     out: dict[str, dict[str, float | int]] = {}
-    for comp in sorted({c for j in a + b for c in j.verdicts}):
-        pairs = [(x.verdicts[comp], y.verdicts[comp]) for x, y in zip(a, b)
-                 if comp in x.verdicts and comp in y.verdicts]
+    for comp in sorted({c for row in a + b for c in row}):
+        pairs = [(x[comp], y[comp]) for x, y in zip(a, b) if comp in x and comp in y]
         same = sum(1 for x, y in pairs if x == y and x is not None)
         out[comp] = {"candidates": len(pairs), "same": same, "share": same / len(pairs) if pairs else float("nan")}
     return out
@@ -145,6 +154,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         await engine.reset_prefix_cache()
         floor = await launch_bound(engine, sum(len(g["candidates"]) for g in sets[0]), 16, args.launch_tokens)
     await engine.stop()
+    rows = {p: verdict_rows(done[p]) for p in paths}
     figures: dict[str, Any] = {}
     for p in paths:
         rounds = sum(len(j.texts) for j in done[p])
@@ -162,9 +172,20 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "rationale_bound": config.bound,
             "candidates_per_set": sum(len(g["candidates"]) for g in sets[0]), "paths": figures,
             "launch_bound": floor,
-            "agreement": {p: agreement(done["sequential"], done[p]) for p in paths[1:]},
+            "agreement": {p: agreement(rows["sequential"], rows[p]) for p in paths[1:]},
             "settings": {p: PATH_SETTINGS[p] for p in paths},
-            "dialogues": [g["dialogue_id"] for s in sets for g in s]}
+            "dialogues": [g["dialogue_id"] for s in sets for g in s], "verdicts": rows}
+
+
+def with_baseline(fig: dict[str, Any], baseline: dict[str, Any], source: str) -> dict[str, Any]:
+    """``fig`` plus each path's agreement with ``baseline``'s sequential path: an earlier run of this benchmark on
+    the same rounds (e.g. another rationale bound, which needs its own engine); ValueError when the rounds differ."""
+    if baseline.get("dialogues") != fig["dialogues"] or "verdicts" not in baseline:
+        raise ValueError(f"--baseline {source}: not a run of this benchmark on the same rounds (same --data, --seed, "
+                         "--sets, --groups and --group-size)")
+    base = baseline["verdicts"]["sequential"]
+    return {**fig, "baseline": {"file": source, "rationale_bound": baseline.get("rationale_bound")},
+            "agreement_with_baseline": {p: agreement(base, r) for p, r in fig["verdicts"].items()}}
 
 
 def _compared(value: str) -> tuple[str, ...]:
@@ -189,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rationale-bound", choices=RATIONALE_BOUNDS, default=None,
                    help="the engine's rationale bound (default: the engine's default)")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="an earlier run's JSON on the same rounds: each path's agreement with its sequential verdicts")
     p.add_argument("--launch-bound", action=argparse.BooleanOptionalAction, default=None,
                    help="measure the launch floor on the same engine afterwards (default: on cuda only)")
     p.add_argument("--launch-tokens", type=int, default=144, help="the launch floor's long run (tokens a row)")
@@ -196,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.launch_bound is None:
         args.launch_bound = args.device == "cuda"
+    baseline = json.loads(args.baseline.read_text(encoding="utf-8")) if args.baseline else None
     fig = asyncio.run(measure(args))
+    if baseline is not None:
+        fig = with_baseline(fig, baseline, str(args.baseline))
     seq = fig["paths"]["sequential"]
     ratios = {c: {k: fig["paths"][c][k] / seq[k] for k in ("step_s", "step_positions", "ms_per_position")
                   if seq[k] and fig["paths"][c][k]} for c in args.compare}
@@ -215,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                           "round_positions_mean", "generations_per_round", "unparsed_components")]
         rows += [(f"agreement {comp}", a["candidates"], f"{a['share']:.3f}") for comp, a in fig["agreement"][c].items()]
         print_table(f"{fig['model']} + {fig['adapter']} on {args.device}: sequential vs {c}", rows)
+    for c, comps in fig.get("agreement_with_baseline", {}).items():
+        print(f"agreement of {c} with the baseline's sequential path ({fig['baseline']['rationale_bound']}): "
+              + ", ".join(f"{comp} {a['same']}/{a['candidates']}" for comp, a in comps.items()))
     if fig["launch_bound"]:
         print(f"launch floor: {fig['launch_bound']['ms_per_position']:.3f} ms a position "
               f"({fig['launch_bound']['rows']} rows)")

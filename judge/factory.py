@@ -35,7 +35,7 @@ from pathlib import Path
 
 from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig
-from judge.engines.settings import OpenAISettings, TransformersSettings
+from judge.engines.settings import RATIONALE_BOUNDS, OpenAISettings, TransformersSettings, rationale_bound_of
 from judge.generation import check_max_retries, max_retries_setting
 from judge.model_store import (
     DEFAULT_ADAPTER,
@@ -76,9 +76,13 @@ class EngineChoice:
     base_url: str | None = setting(None, help="OpenAI-compatible endpoint, e.g. http://host:8000/v1 (backend openai)")
     api_key_env: str = setting("OPENAI_API_KEY", help="env var holding the API key (backend openai)")
     max_retries: int = max_retries_setting()
+    rationale_bound: str = setting("auto", choices=("auto", *RATIONALE_BOUNDS),
+                                   help="how the judge's one-line rationale is bounded (the server's "
+                                        "--rationale-bound: counted, max_tokens or line; auto: the backend's fastest)")
 
     def __post_init__(self) -> None:
         check_choice(self.backend, self.base_url, self.max_retries)
+        rationale_bound_of(self.backend, self.rationale_bound)  # ValueError naming the bounds the backend takes
 
 
 def check_choice(backend: str, base_url: str | None, max_retries: int) -> None:
@@ -100,7 +104,7 @@ def engine_config(choice: EngineChoice, *, seed: int = 0, max_batch: int | None 
                             model=choice.model if choice.backend == "openai" else None, regex=openai_regex)
     transformers = TransformersSettings() if max_batch is None else TransformersSettings(max_batch=max_batch)
     return EngineConfig(backend=choice.backend, device=choice.device, seed=seed, openai=openai,
-                        transformers=transformers)
+                        transformers=transformers, rationale_bound=choice.rationale_bound)
 
 
 def checkpoint_adapter(folder: Path) -> Path | None:

@@ -8,6 +8,8 @@
 # info/exclude, added here), each with parts.txt (count, size, sha256 of the whole file, its name).
 # The device side is `tools/gpu/vllm_judge.sh install` (carry one folder a call): it joins the parts once all are there
 # into /tmp/cp-stage/<gguf name>, where COMPEER_GGUF_DIR points the model store (which checks the hash again).
+# It also packs the ESConv valid split (ESCONV_DIR, default ../shared/data/esconv) into .gpu-esconv for
+# tools/gpu/vllm_judge.sh rounds.
 #   bash tools/gpu/stage_qwen.sh [BASE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,3 +38,12 @@ for f in "$OUT"/split/gguf.part-*; do
 done
 rm -rf "$OUT"/split "$OUT"/work
 echo "$N carry folders: $OUT/q01 .. $(printf 'q%02d' "$N") ($SIZE bytes, sha256 ${SHA:0:16}...)"
+# the ESConv valid split for the benchmarks that judge real rounds on the device (vllm_judge.sh rounds): .gpu-esconv
+# (ignored too; the corpus is CC BY-NC and never committed)
+E=${ESCONV_DIR:-../shared/data/esconv}
+grep -qx '/.gpu-esconv/' "$X" || echo '/.gpu-esconv/' >> "$X"
+if [ -f "$E"/valid.json ]; then
+  mkdir -p .gpu-esconv && xz -9 -c "$E"/valid.json > .gpu-esconv/valid.json.xz && echo ".gpu-esconv/valid.json.xz from $E"
+else
+  echo "no $E/valid.json: .gpu-esconv not built (set ESCONV_DIR)" >&2
+fi

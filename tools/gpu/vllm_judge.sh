@@ -14,6 +14,8 @@
 #   bench    (no carry) starts bench.judge_engines_gpu in the background (setsid; BENCH_ARGS appended) and waits
 #            up to CALL_BUDGET_S (default 540) for it; copies its JSON and log to $OUT
 #   wait     (no carry) waits again for a bench still running; copies what is there
+#   rounds   carry .gpu-esconv: bench.judge_rounds on ESConv valid rounds once per rationale bound (BOUNDS), one engine
+#            each (issue 27: the bound whose grammar masks cost least at the 1.5B judge's vocabulary, docs/reward_server.md)
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
 #            --rationale-bound $RATIONALE_BOUND, default counted: the fastest on the H200, docs/gpu.md) and one
 #            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
@@ -82,7 +84,7 @@ wait_bench() {
   tail -n 60 $B/bench.log
 }
 
-case "${1:?install|stage|bench|wait|serve}" in
+case "${1:?install|stage|bench|wait|serve|rounds}" in
 install)
   # a folder carried earlier may still be in this copy of the tree: each is taken once
   if [ ! -f /tmp/vsite/.compeer-vllm ]; then
@@ -130,6 +132,29 @@ bench)
   ;;
 wait)
   wait_bench
+  ;;
+rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, from tools/gpu/stage_qwen.sh) with the GPU
+  # default judge, once per rationale bound (BOUNDS, default "counted max_tokens line"; the bound is the engine's, so
+  # one engine each, one after another in this call), each beside the paths of COMPARE (default prefix); SETS GRPO
+  # steps each (default 5); what a bound's run leaves is in $OUT as judge_rounds-<bound>.{json,log}; every later
+  # bound's run also compares its verdicts with the first bound's (--baseline)
+  T0=${CALL_T0:-$(date +%s)}
+  [ -f .gpu-esconv/valid.json.xz ] || [ -f "$S"/esconv-valid.json ] \
+    || { echo "no ESConv valid split here: carry .gpu-esconv (tools/gpu/stage_qwen.sh builds it)" >&2; exit 1; }
+  [ -f "$S"/esconv-valid.json ] || xz -dc .gpu-esconv/valid.json.xz > "$S"/esconv-valid.json || exit 1
+  bounds=(${BOUNDS:-counted max_tokens line})
+  for i in "${!bounds[@]}"; do
+    b=${bounds[$i]} left=$(( ${CALL_BUDGET_S:-580} - ($(date +%s) - T0) ))
+    rm -f bench/results/judge_rounds*_cuda.json
+    timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix}" --device cuda \
+      --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" \
+      $( (( i > 0 )) && [ -f "$OUT"/judge_rounds-"${bounds[0]}".json ] && echo --baseline "$OUT"/judge_rounds-"${bounds[0]}".json) \
+      > "$OUT"/judge_rounds-"$b".log 2>&1
+    echo "rationale bound $b: exit $?"
+    for f in bench/results/judge_rounds*_cuda.json; do [ -f "$f" ] && mv "$f" "$OUT"/judge_rounds-"$b".json; done
+    grep -E "step_s|step_positions|ms_per_position|floor_multiple|agreement|launch floor" "$OUT"/judge_rounds-"$b".log
+    # every later bound's verdicts against the first bound's (--baseline): the agreement a default change needs
+  done
   ;;
 serve)
   [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; exit 1; }
