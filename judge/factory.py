@@ -35,7 +35,7 @@ from pathlib import Path
 
 from judge.engines import BACKENDS, create_engine
 from judge.engines.base import Engine, EngineConfig
-from judge.engines.settings import RATIONALE_BOUNDS, OpenAISettings, TransformersSettings, rationale_bound_of
+from judge.engines.settings import OpenAISettings, TransformersSettings
 from judge.generation import check_max_retries, max_retries_setting
 from judge.model_store import (
     DEFAULT_ADAPTER,
@@ -76,13 +76,9 @@ class EngineChoice:
     base_url: str | None = setting(None, help="OpenAI-compatible endpoint, e.g. http://host:8000/v1 (backend openai)")
     api_key_env: str = setting("OPENAI_API_KEY", help="env var holding the API key (backend openai)")
     max_retries: int = max_retries_setting()
-    rationale_bound: str = setting("auto", choices=("auto", *RATIONALE_BOUNDS),
-                                   help="how the judge's one-line rationale is bounded (the server's "
-                                        "--rationale-bound: counted, max_tokens or line; auto: the backend's fastest)")
 
     def __post_init__(self) -> None:
         check_choice(self.backend, self.base_url, self.max_retries)
-        rationale_bound_of(self.backend, self.rationale_bound)  # ValueError naming the bounds the backend takes
 
 
 def check_choice(backend: str, base_url: str | None, max_retries: int) -> None:
@@ -96,15 +92,16 @@ def check_choice(backend: str, base_url: str | None, max_retries: int) -> None:
 
 
 def engine_config(choice: EngineChoice, *, seed: int = 0, max_batch: int | None = None,
-                  openai_regex: bool = False) -> EngineConfig:
+                  openai_regex: bool = False, rationale_bound: str = "auto") -> EngineConfig:
     """The (unresolved) :class:`EngineConfig` of ``choice``: backend, device, seed and, for openai, the endpoint,
     the key read from ``choice.api_key_env`` and the served model name; ``max_batch``: the transformers engine's
-    micro-batch (None: its default)."""
+    micro-batch (None: its default); ``rationale_bound``: :attr:`EngineConfig.rationale_bound` (the judging
+    commands' ``--rationale-bound``)."""
     openai = OpenAISettings(base_url=choice.base_url, api_key=os.environ.get(choice.api_key_env),
                             model=choice.model if choice.backend == "openai" else None, regex=openai_regex)
     transformers = TransformersSettings() if max_batch is None else TransformersSettings(max_batch=max_batch)
     return EngineConfig(backend=choice.backend, device=choice.device, seed=seed, openai=openai,
-                        transformers=transformers, rationale_bound=choice.rationale_bound)
+                        transformers=transformers, rationale_bound=rationale_bound)
 
 
 def checkpoint_adapter(folder: Path) -> Path | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from judge.engines.settings import RATIONALE_BOUNDS, rationale_bound_of
 from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from judge.settings import setting
 from reward_trainer import VARIANTS
@@ -42,6 +43,9 @@ class JudgingFlags:
                                        "all at once (JudgeSettings.independent_rounds, as the server's flag)")
     answer_prefix: bool = setting(_JUDGE.answer_prefix, help="start each round's answer for the engine where it can "
                                   "(JudgeSettings.answer_prefix, as the server's flag)")
+    rationale_bound: str = setting("auto", choices=("auto", *RATIONALE_BOUNDS),
+                                   help="how the judge's one-line rationale is bounded (the server's "
+                                        "--rationale-bound: counted, max_tokens or line; auto: the backend's fastest)")
     template: str = setting(DEFAULT_TEMPLATE, help="judge template version")
     taxonomy: str | None = setting(None, help="strategy taxonomy YAML; None: the packaged one")
     base: bool = setting(True, help="the untrained base judge rows")  # --no-base skips them
@@ -154,8 +158,9 @@ def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
     settings = JudgeSettings(max_tokens_per_component=flags.max_tokens, max_retries=choice.max_retries,
                              seed=flags.seed, independent_rounds=flags.independent_rounds,
                              answer_prefix=flags.answer_prefix)
+    rationale_bound_of(choice.backend, flags.rationale_bound)  # ValueError naming the bounds the backend takes
     runtime = JudgeRuntime(engine=choice, max_batch=flags.max_batch, template=flags.template, taxonomy=flags.taxonomy,
-                           settings=settings, concurrency=flags.concurrency)
+                           settings=settings, concurrency=flags.concurrency, rationale_bound=flags.rationale_bound)
     return EvalOptions(data_dir=Path(data), out_dir=Path(out), runtime=runtime, max_items=flags.max_items,
                        include_base=flags.base, audit=flags.audit, auditor_backend=flags.auditor_backend,
                        auditor_model=flags.auditor_model)

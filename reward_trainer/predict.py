@@ -106,6 +106,8 @@ class JudgeRuntime:
     taxonomy: str | None = None
     settings: JudgeSettings = field(default_factory=lambda: JudgeSettings(seed=0))
     concurrency: int = 32
+    #: the judge engine's rationale bound (:attr:`judge.engines.base.EngineConfig.rationale_bound`; auto: the backend's)
+    rationale_bound: str = "auto"
 
 
 def engine_of(runtime: JudgeRuntime, adapter: str | None, model: str | None = None,
@@ -114,7 +116,9 @@ def engine_of(runtime: JudgeRuntime, adapter: str | None, model: str | None = No
     folder; None: the bare base). ``default`` is the plain base judge adapters are trained on
     (:data:`judge.factory.PLAIN`)."""
     choice = replace(runtime.engine, model=model or runtime.engine.model, backend=backend or runtime.engine.backend)
-    config = engine_config(choice, max_batch=runtime.max_batch)
+    # the bound is the judge engine's: another backend (e.g. the auditor's) keeps its own default
+    bound = runtime.rationale_bound if choice.backend == runtime.engine.backend else "auto"
+    config = engine_config(choice, max_batch=runtime.max_batch, rationale_bound=bound)
     return resolve_engine(config, choice.model, adapter or NO_ADAPTER, role=PLAIN)
 
 

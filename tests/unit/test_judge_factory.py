@@ -86,17 +86,6 @@ def test_engine_choice_flags_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -
         EngineChoice(max_retries=-1)
 
 
-def test_the_rationale_bound_is_an_engine_choice_and_reaches_the_engine_config() -> None:
-    """Offline commands (judge-eval, ...) pick the bound the server's --rationale-bound picks."""
-    p = argparse.ArgumentParser()
-    add_arguments(p, EngineChoice)
-    choice = from_namespace(EngineChoice, p.parse_args(["--backend", "vllm", "--rationale-bound", "max_tokens"]))
-    assert engine_config(choice).bound == "max_tokens"
-    assert engine_config(EngineChoice(backend="vllm")).bound == "counted"  # auto: vLLM's default
-    with pytest.raises(ValueError, match="rationale_bound 'max_tokens': the transformers engine takes auto, line"):
-        EngineChoice(backend="transformers", rationale_bound="max_tokens")
-
-
 def test_role_prefixed_flags_and_their_own_defaults() -> None:
     """Under a prefix the model's flag is the prefix itself (``--scorer``); a role states its own defaults."""
     from evaluator.backends import ModelSpec

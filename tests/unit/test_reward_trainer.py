@@ -316,6 +316,23 @@ def test_cli_parser_and_adapter_resolution(tmp_path: Path) -> None:
     assert main(["judge", "--help-config"]) == 0
 
 
+def test_judging_commands_take_the_servers_rationale_bound() -> None:
+    """judge-eval's --rationale-bound reaches the judge's engine config; the auditor's other backend keeps its own."""
+    from reward_trainer.cli import eval_options, make_parser
+    from reward_trainer.predict import engine_of
+
+    args = make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o", "--backend", "vllm",
+                                     "--rationale-bound", "max_tokens"])
+    runtime = eval_options(args, "d", "o").runtime
+    assert runtime.rationale_bound == "max_tokens"
+    assert engine_of(runtime, None).bound == "max_tokens"
+    assert engine_of(runtime, None, backend="transformers").bound == "line"  # auto there
+    args = make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o",
+                                     "--backend", "transformers", "--rationale-bound", "max_tokens"])
+    with pytest.raises(ValueError, match="rationale_bound 'max_tokens': the transformers engine takes auto, line"):
+        eval_options(args, "d", "o")
+
+
 def test_ablation_pools_split_by_source(tmp_path: Path) -> None:
     from reward_trainer.ablation import read_pools
 
