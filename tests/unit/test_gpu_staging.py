@@ -113,3 +113,37 @@ def test_the_overlap_runs_share_a_judge_server_without_a_result_cache() -> None:
     phase = text[text.index("\noverlap)"):]
     assert re.search(r"JUDGE_CACHE=\$\{JUDGE_CACHE:-off\}[^\n]*start_server", phase)
     assert '--cache "${JUDGE_CACHE:-memory}"' in text
+
+
+def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_first(tmp_path: Path) -> None:
+    """`vllm_judge.sh rounds` (issue 27): one bench.judge_rounds run per rationale bound, its JSON kept under the
+    bound's name, and every later bound compared with the first one's verdicts (--baseline). A fake python3 stands
+    in for the benchmark (the GPU run is the real one: docs/reward_server.md)."""
+    import lzma
+
+    tree, fake, out, stage = tmp_path / "tree", tmp_path / "bin", tmp_path / "out", tmp_path / "stage"
+    for d in (tree / ".gpu-esconv", tree / "bench" / "results", fake, out):
+        d.mkdir(parents=True)
+    (tree / ".gpu-esconv" / "valid.json.xz").write_bytes(lzma.compress(b"[]"))
+    (fake / "python3").write_text(
+        '#!/usr/bin/env bash\necho "$@" >> "$CALLS"\n'
+        'b=$(echo "$@" | sed -E "s/.*--rationale-bound ([a-z_]+).*/\\1/")\n'
+        'echo "{\\"rationale_bound\\": \\"$b\\"}" > bench/results/judge_rounds_prefix_cuda.json\n')
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(out), "STAGE_DIR": str(stage),
+           "CALLS": str(tmp_path / "calls.txt"), "BOUNDS": "counted max_tokens line", "CALL_BUDGET_S": "60"}
+    done = subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rounds"], env=env, cwd=tree, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert [c.split("--rationale-bound ")[1].split()[0] for c in calls] == ["counted", "max_tokens", "line"]
+    assert "--baseline" not in calls[0]
+    assert all(f"--baseline {stage}/rounds/judge_rounds-counted.json" in c for c in calls[1:])
+    assert all(f"--data {stage}/esconv-valid.json" in c and "--device cuda" in c for c in calls)
+    for b in ("counted", "max_tokens", "line"):
+        assert f'"rationale_bound": "{b}"' in (out / f"judge_rounds-{b}.json").read_text()
+    # a later call (the machine still warm) compares its bounds with the counted run an earlier call left
+    (tmp_path / "calls.txt").unlink()
+    subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rounds"], env={**env, "BOUNDS": "line"}, cwd=tree,
+                   capture_output=True, timeout=60, check=True)
+    assert f"--baseline {stage}/rounds/judge_rounds-counted.json" in (tmp_path / "calls.txt").read_text()

@@ -22,7 +22,7 @@
 #            log and the replies' summary to $OUT. Carry "compeer_proto" (the generated gRPC code the server imports); a
 #            server that exits before it is ready fails the call at once with its log's tail
 set -uo pipefail
-S=/tmp/cp-stage V=/tmp/cp-vllm B=/tmp/vllm-bench
+S=${STAGE_DIR:-/tmp/cp-stage} V=/tmp/cp-vllm B=/tmp/vllm-bench
 mkdir -p "$S" "$V" "$B"
 export PYTHONPATH=/tmp/vsite:/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 COMPEER_CACHE=/tmp/compeer-cache TQDM_DISABLE=1
@@ -135,25 +135,30 @@ wait)
   ;;
 rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, from tools/gpu/stage_qwen.sh) with the GPU
   # default judge, once per rationale bound (BOUNDS, default "counted max_tokens line"; the bound is the engine's, so
-  # one engine each, one after another in this call), each beside the paths of COMPARE (default prefix); SETS GRPO
-  # steps each (default 5); what a bound's run leaves is in $OUT as judge_rounds-<bound>.{json,log}; every later
-  # bound's run also compares its verdicts with the first bound's (--baseline)
-  T0=${CALL_T0:-$(date +%s)}
+  # one engine each, one after another), each beside the paths of COMPARE (default prefix); SETS GRPO steps each
+  # (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
+  # $S/rounds (while the machine stays warm), so that every other bound's run, in this call or a later one, is
+  # compared with the BASELINE bound's verdicts (default counted, today's GPU default: --baseline)
+  T0=${CALL_T0:-$(date +%s)} R="$S"/rounds base=${BASELINE:-counted}
+  mkdir -p "$R"
   [ -f .gpu-esconv/valid.json.xz ] || [ -f "$S"/esconv-valid.json ] \
     || { echo "no ESConv valid split here: carry .gpu-esconv (tools/gpu/stage_qwen.sh builds it)" >&2; exit 1; }
   [ -f "$S"/esconv-valid.json ] || xz -dc .gpu-esconv/valid.json.xz > "$S"/esconv-valid.json || exit 1
   bounds=(${BOUNDS:-counted max_tokens line})
   for i in "${!bounds[@]}"; do
     b=${bounds[$i]} left=$(( ${CALL_BUDGET_S:-580} - ($(date +%s) - T0) ))
+    against=()
+    [ "$b" != "$base" ] && [ -f "$R"/judge_rounds-"$base".json ] && against=(--baseline "$R"/judge_rounds-"$base".json)
     rm -f bench/results/judge_rounds*_cuda.json
     timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix}" --device cuda \
-      --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" \
-      $( (( i > 0 )) && [ -f "$OUT"/judge_rounds-"${bounds[0]}".json ] && echo --baseline "$OUT"/judge_rounds-"${bounds[0]}".json) \
+      --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" "${against[@]}" \
       > "$OUT"/judge_rounds-"$b".log 2>&1
-    echo "rationale bound $b: exit $?"
-    for f in bench/results/judge_rounds*_cuda.json; do [ -f "$f" ] && mv "$f" "$OUT"/judge_rounds-"$b".json; done
-    grep -E "step_s|step_positions|ms_per_position|floor_multiple|agreement|launch floor" "$OUT"/judge_rounds-"$b".log
-    # every later bound's verdicts against the first bound's (--baseline): the agreement a default change needs
+    echo "rationale bound $b: exit $?${against:+ (against the $base run)}"
+    for f in bench/results/judge_rounds*_cuda.json; do
+      [ -f "$f" ] && cp "$f" "$R"/judge_rounds-"$b".json && mv "$f" "$OUT"/judge_rounds-"$b".json
+    done
+    grep -E "step_s|step_positions|ms_per_position|floor_multiple|agreement|launch floor" "$OUT"/judge_rounds-"$b".log \
+      || tail -n 5 "$OUT"/judge_rounds-"$b".log
   done
   ;;
 serve)
