@@ -27,7 +27,8 @@ included). Agreement: per component, the share of candidates whose verdict is th
 ``bench/results/judge_rounds_<device>.json`` (``judge_rounds_prefix_<device>.json`` with ``--compare prefix``,
 ``judge_rounds_all_<device>.json`` with both); ratios are each other path over sequential.
 
-``--rationale-bound`` picks the engine's bound (one a run: the bound is the engine's); ``--baseline`` takes the JSON
+``--rationale-bound`` picks the engine's bound and ``--structured-outputs-backend`` its mask library (one of each a
+run: both are the engine's); ``--baseline`` takes the JSON
 of an earlier run on the same rounds (every candidate's verdicts are in it) and adds each path's agreement with that
 run's sequential path: e.g. ``max_tokens`` against ``counted``. ``--launch-bound`` (the default on
 ``cuda``) measures, after the paths and on the same engine, the launch floor of
@@ -51,7 +52,7 @@ from typing import Any
 from bench.common import machine_description, print_table, write_result
 from bench.judge_bases_cpu import ESCONV_VALID, JUDGES, esconv_groups
 from bench.judge_engines_gpu import launch_bound
-from judge.engines.settings import RATIONALE_BOUNDS
+from judge.engines.settings import RATIONALE_BOUNDS, STRUCTURED_OUTPUTS_BACKENDS
 
 #: the judge settings of each path (none of them the defaults: "sequential" is today's path, without the prefix)
 PATH_SETTINGS: dict[str, dict[str, bool]] = {"sequential": {"answer_prefix": False},
@@ -106,6 +107,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from cer.taxonomy import load_taxonomy
     from judge.conversation import Judge
     from judge.engines.base import EngineConfig
+    from judge.engines.settings import VllmSettings
     from judge.engines.vllm_engine import VllmEngine
     from judge.factory import build_engine, resolve_engine
     from judge.protocol import ANSWER_PREFIX, JudgeSettings, load_template
@@ -113,8 +115,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     paths = ("sequential", *args.compare)
     base, adapter = JUDGES[args.judge]
     bound = {"rationale_bound": args.rationale_bound} if args.rationale_bound else {}
+    vllm = VllmSettings(structured_outputs_backend=args.structured_outputs_backend)
     config = resolve_engine(EngineConfig(backend="vllm", dtype=args.dtype, device=args.device, max_model_len=4096,
-                                         **bound), base, adapter)
+                                         vllm=vllm, **bound), base, adapter)
     engine = build_engine(config)
     if not isinstance(engine, VllmEngine):
         raise TypeError(f"expected the vLLM engine, got {type(engine).__name__}")
@@ -169,7 +172,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         if floor is not None and step_pos:
             figures[p]["floor_multiple"] = floor_multiple(step_s, step_pos, floor["ms_per_position"])
     return {"model": config.model_id, "adapter": config.adapter_id, "dtype": args.dtype, "start_s": start_s,
-            "rationale_bound": config.bound,
+            "rationale_bound": config.bound, "structured_outputs_backend": args.structured_outputs_backend,
             "candidates_per_set": sum(len(g["candidates"]) for g in sets[0]), "paths": figures,
             "launch_bound": floor,
             "agreement": {p: agreement(rows["sequential"], rows[p]) for p in paths[1:]},
@@ -210,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rationale-bound", choices=RATIONALE_BOUNDS, default=None,
                    help="the engine's rationale bound (default: the engine's default)")
+    p.add_argument("--structured-outputs-backend", choices=STRUCTURED_OUTPUTS_BACKENDS, default="auto",
+                   help="the library vLLM computes the verdict masks with (the server's flag)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="an earlier run's JSON on the same rounds: each path's agreement with its sequential verdicts")
     p.add_argument("--launch-bound", action=argparse.BooleanOptionalAction, default=None,

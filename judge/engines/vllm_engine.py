@@ -88,8 +88,11 @@ class VllmEngine(Engine):
 
     def identity(self) -> dict[str, Any]:
         """The common identity plus how the rationale is bounded: ``max_tokens`` and ``line`` take the same
-        :class:`GenParams` but end an over-long line differently (re-generated vs masked)."""
-        return {**super().identity(), "rationale_bound": self.config.bound}
+        :class:`GenParams` but end an over-long line differently (re-generated vs masked); and the structured-outputs
+        backend when one is chosen (the masks accept the same language, but the cache keeps the engines apart)."""
+        backend = self.config.vllm.structured_outputs_backend
+        return {**super().identity(), "rationale_bound": self.config.bound,
+                **({"structured_outputs_backend": backend} if backend != "auto" else {})}
 
     async def start(self) -> None:
         from vllm import AsyncEngineArgs
@@ -113,6 +116,10 @@ class VllmEngine(Engine):
         }
         if c.bound == "line":
             kwargs["logits_processors"] = [PROCESSOR]
+        if v.structured_outputs_backend != "auto":
+            from vllm.config import StructuredOutputsConfig
+
+            kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend=v.structured_outputs_backend)  # type: ignore[arg-type]
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         self._tokenizer = self._llm.get_tokenizer()
         if c.adapter is not None:

@@ -147,3 +147,10 @@ def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_fir
     subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rounds"], env={**env, "BOUNDS": "line"}, cwd=tree,
                    capture_output=True, timeout=60, check=True)
     assert f"--baseline {stage}/rounds/judge_rounds-counted.json" in (tmp_path / "calls.txt").read_text()
+    # the counted bound with llguidance's masks: its own name, compared with xgrammar's counted run
+    subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rounds"], env={**env, "BOUNDS": "counted",
+                                                                        "SO_BACKEND": "guidance"},
+                   cwd=tree, capture_output=True, timeout=60, check=True)
+    last = (tmp_path / "calls.txt").read_text().splitlines()[-1]
+    assert "--structured-outputs-backend guidance" in last and "--baseline" in last
+    assert (out / "judge_rounds-counted-guidance.json").is_file()

@@ -214,6 +214,41 @@ async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
         await engine.stop()
 
 
+@needs_vllm
+@needs_model
+@pytest.mark.slow
+async def test_the_guidance_backend_constrains_the_counted_bound_on_the_real_vllm_cpu_engine() -> None:
+    """``--structured-outputs-backend guidance`` (llguidance: the counted bound's masks 4-6x cheaper than
+    xgrammar's at Qwen's vocabulary, bench.grammar_fill) reaches vLLM, and every answer is one the round's counted
+    regex accepts; the engine's identity names the backend."""
+    from judge.engines.vllm_engine import VllmEngine
+
+    settings = VllmSettings(kv_cache_gib=0.5, structured_outputs_backend="guidance")
+    engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
+                                     rationale_bound="counted", vllm=settings))
+    assert engine.identity()["structured_outputs_backend"] == "guidance"
+    await engine.start()
+    try:
+        assert engine._llm.vllm_config.structured_outputs_config.backend == "guidance"
+        chat = [{"role": "user", "content": "Explain at length why people feel lonely after moving to a new city."}]
+        components = [("step1",), ("preference",)]
+        done = await asyncio.gather(*(
+            engine.generate(chat, GenParams(max_tokens=48, regex=round_regex(c, 24)), f"g{i}")
+            for i, c in enumerate(components)))
+        for c, r in zip(components, done):
+            assert r.finish_reason == "stop" and re.fullmatch(round_regex(c, 24), r.text), r
+    finally:
+        await engine.stop()
+
+
+def test_the_structured_outputs_backend_is_checked_and_kept_out_of_the_identity_by_default() -> None:
+    from judge.engines.vllm_engine import VllmEngine
+
+    with pytest.raises(ValueError, match="structured_outputs_backend 'outlines': expected one of auto, xgrammar"):
+        VllmSettings(structured_outputs_backend="outlines")
+    assert "structured_outputs_backend" not in VllmEngine(EngineConfig(backend="vllm")).identity()
+
+
 # --------------------------------------------------------------------------- vLLM-CPU's cores
 
 

@@ -138,7 +138,8 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
   # one engine each, one after another), each beside the paths of COMPARE (default prefix); SETS GRPO steps each
   # (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
   # $S/rounds (while the machine stays warm), so that every other bound's run, in this call or a later one, is
-  # compared with the BASELINE bound's verdicts (default counted, today's GPU default: --baseline)
+  # compared with the BASELINE run's verdicts (default counted, today's GPU default: --baseline). SO_BACKEND (auto,
+  # xgrammar, guidance) picks vLLM's mask library for this call's runs; a run's name is then <bound>-<backend>
   T0=${CALL_T0:-$(date +%s)} R="$S"/rounds base=${BASELINE:-counted}
   mkdir -p "$R"
   [ -f .gpu-esconv/valid.json.xz ] || [ -f "$S"/esconv-valid.json ] \
@@ -147,18 +148,18 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
   bounds=(${BOUNDS:-counted max_tokens line})
   for i in "${!bounds[@]}"; do
     b=${bounds[$i]} left=$(( ${CALL_BUDGET_S:-580} - ($(date +%s) - T0) ))
-    against=()
-    [ "$b" != "$base" ] && [ -f "$R"/judge_rounds-"$base".json ] && against=(--baseline "$R"/judge_rounds-"$base".json)
+    name=$b${SO_BACKEND:+-$SO_BACKEND} against=()
+    [ "$name" != "$base" ] && [ -f "$R"/judge_rounds-"$base".json ] && against=(--baseline "$R"/judge_rounds-"$base".json)
     rm -f bench/results/judge_rounds*_cuda.json
     timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix}" --device cuda \
-      --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" "${against[@]}" \
-      > "$OUT"/judge_rounds-"$b".log 2>&1
-    echo "rationale bound $b: exit $?${against:+ (against the $base run)}"
+      --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" \
+      --structured-outputs-backend "${SO_BACKEND:-auto}" "${against[@]}" > "$OUT"/judge_rounds-"$name".log 2>&1
+    echo "$name: exit $?${against:+ (against the $base run)}"
     for f in bench/results/judge_rounds*_cuda.json; do
-      [ -f "$f" ] && cp "$f" "$R"/judge_rounds-"$b".json && mv "$f" "$OUT"/judge_rounds-"$b".json
+      [ -f "$f" ] && cp "$f" "$R"/judge_rounds-"$name".json && mv "$f" "$OUT"/judge_rounds-"$name".json
     done
-    grep -E "step_s|step_positions|ms_per_position|floor_multiple|agreement|launch floor" "$OUT"/judge_rounds-"$b".log \
-      || tail -n 5 "$OUT"/judge_rounds-"$b".log
+    grep -E "step_s|step_positions|ms_per_position|floor_multiple|agreement|launch floor" "$OUT"/judge_rounds-"$name".log \
+      || tail -n 5 "$OUT"/judge_rounds-"$name".log
   done
   ;;
 serve)
