@@ -8,9 +8,11 @@ so a judgment waits for its longest round. The judge was trained on the sequenti
 change, and this run measures how often. With ``--compare prefix`` the other path is ``JudgeSettings.answer_prefix``
 instead: each round's answer is started for the engine with ``Rationale:``, so it decodes only the rest (the same
 conversation, a few positions fewer a round); "today's sequential rounds" is then the path without the prefix.
-``--compare independent,prefix`` sets both beside today's path on the one engine.
+``--compare independent,prefix`` sets both beside today's path on the one engine; ``discrete`` is today's path without
+the verdict probabilities (``JudgeSettings.verdict_probs`` off: no top-k logprobs asked, discrete rewards only), which
+measures what the graded reward's logprobs cost a judged step.
 
-    python -m bench.judge_rounds [--compare independent|prefix|independent,prefix] [--judge 1.5b-judge]
+    python -m bench.judge_rounds [--compare independent|prefix|discrete|...,...] [--judge 1.5b-judge]
         [--device cpu|cuda] [--dtype float32] [--sets 2] [--launch-bound]
 
 Workload: real ESConv conversations (``--data``) as :mod:`bench.judge_bases_cpu` builds them: ``--groups`` x
@@ -57,7 +59,8 @@ from judge.engines.settings import RATIONALE_BOUNDS, STRUCTURED_OUTPUTS_BACKENDS
 #: the judge settings of each path (none of them the defaults: "sequential" is today's path, without the prefix)
 PATH_SETTINGS: dict[str, dict[str, bool]] = {"sequential": {"answer_prefix": False},
                                              "independent": {"independent_rounds": True, "answer_prefix": False},
-                                             "prefix": {"answer_prefix": True}}
+                                             "prefix": {"answer_prefix": True},
+                                             "discrete": {"answer_prefix": False, "verdict_probs": False}}
 
 
 async def _judge_set(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, list[Any]]:
@@ -195,7 +198,8 @@ def _compared(value: str) -> tuple[str, ...]:
     """``--compare``: one or more of the non-sequential paths, comma-separated, each once."""
     names = tuple(v.strip() for v in value.split(",") if v.strip())
     if not names or len(set(names)) != len(names) or not set(names) <= set(PATH_SETTINGS) - {"sequential"}:
-        raise argparse.ArgumentTypeError(f"--compare {value!r}: expected independent, prefix or independent,prefix")
+        others = ", ".join(p for p in PATH_SETTINGS if p != "sequential")
+        raise argparse.ArgumentTypeError(f"--compare {value!r}: expected one or more of {others}, comma-separated")
     return names
 
 

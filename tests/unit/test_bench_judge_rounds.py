@@ -60,6 +60,7 @@ def test_positions_leave_out_the_tokens_an_answer_prefix_gave() -> None:
 def test_compare_takes_one_or_both_other_paths_each_once() -> None:
     assert _compared("prefix") == ("prefix",)
     assert _compared("independent, prefix") == ("independent", "prefix")
+    assert _compared("prefix,discrete") == ("prefix", "discrete")
     for bad in ("", "sequential", "prefix,prefix", "fast"):
         with pytest.raises(argparse.ArgumentTypeError, match="--compare"):
             _compared(bad)

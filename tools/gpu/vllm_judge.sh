@@ -135,7 +135,8 @@ wait)
   ;;
 rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, from tools/gpu/stage_qwen.sh) with the GPU
   # default judge, once per rationale bound (BOUNDS, default "counted max_tokens line"; the bound is the engine's, so
-  # one engine each, one after another), each beside the paths of COMPARE (default prefix); SETS GRPO steps each
+  # one engine each, one after another), each beside the paths of COMPARE (default prefix,discrete: the answer prefix,
+  # and today's path without the graded reward's logprobs); SETS GRPO steps each
   # (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
   # $S/rounds (while the machine stays warm), so that every other bound's run, in this call or a later one, is
   # compared with the BASELINE run's verdicts (default counted, today's GPU default: --baseline). SO_BACKEND (auto,
@@ -151,7 +152,7 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
     name=$b${SO_BACKEND:+-$SO_BACKEND} against=()
     [ "$name" != "$base" ] && [ -f "$R"/judge_rounds-"$base".json ] && against=(--baseline "$R"/judge_rounds-"$base".json)
     rm -f bench/results/judge_rounds*_cuda.json
-    timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix}" --device cuda \
+    timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix,discrete}" --device cuda \
       --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" \
       --structured-outputs-backend "${SO_BACKEND:-auto}" "${against[@]}" > "$OUT"/judge_rounds-"$name".log 2>&1
     echo "$name: exit $?${against:+ (against the $base run)}"
