@@ -171,6 +171,7 @@ async def evaluate(options: EvalOptions) -> dict[str, Any]:
     ref = model_ref(options.runtime)
     metrics["meta"] = {
         "data_dir": str(options.data_dir), "backend": options.runtime.engine.backend, "model_id": ref.model_id,
+        "rationale_bound": ref.bound,
         "model_revision": ref.revision, "template": options.runtime.template, "max_items": options.max_items,
         "settings": asdict(options.runtime.settings), "seconds": round(time.monotonic() - started, 1),
         "adapters": dict(options.adapters),

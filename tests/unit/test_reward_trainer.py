@@ -319,13 +319,14 @@ def test_cli_parser_and_adapter_resolution(tmp_path: Path) -> None:
 def test_judging_commands_take_the_servers_rationale_bound() -> None:
     """judge-eval's --rationale-bound reaches the judge's engine config; the auditor's other backend keeps its own."""
     from reward_trainer.cli import eval_options, make_parser
-    from reward_trainer.predict import engine_of
+    from reward_trainer.predict import engine_of, model_ref
 
     args = make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o", "--backend", "vllm",
                                      "--rationale-bound", "max_tokens"])
     runtime = eval_options(args, "d", "o").runtime
     assert runtime.rationale_bound == "max_tokens"
     assert engine_of(runtime, None).bound == "max_tokens"
+    assert model_ref(runtime).bound == "max_tokens"  # what metrics.json's meta records
     assert engine_of(runtime, None, backend="transformers").bound == "line"  # auto there
     args = make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o",
                                      "--backend", "transformers", "--rationale-bound", "max_tokens"])
