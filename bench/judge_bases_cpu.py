@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import enum
 import json
 import os
 import random
@@ -181,6 +182,11 @@ def table_rows(results: dict[str, dict[str, Any]],
 # ---------------------------------------------------------------------------------------------- the worker process
 
 
+def verdict_rows(judgments: list[Any]) -> list[dict[str, Any]]:
+    """Each candidate's verdicts as JSON values (a preference by its label; an unparsed verdict None)."""
+    return [{c: v.value if isinstance(v, enum.Enum) else v for c, v in j.verdicts.items()} for j in judgments]
+
+
 async def _judge_all(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, list[str], list[dict[str, Any]], int]:
     """Judge every candidate of ``groups`` at once (unified mode); wall time, kinds and verdicts per candidate, and
     how many of the verdicts came with their label probabilities (the graded rewards' input)."""
@@ -193,7 +199,7 @@ async def _judge_all(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, l
     t = time.perf_counter()
     done = await asyncio.gather(*(judge.judge(h, ref, p, JudgeMode.UNIFIED) for _, h, ref, p in jobs))
     wall = time.perf_counter() - t
-    verdicts = [{c: (v.value if hasattr(v, "value") else v) for c, v in j.verdicts.items()} for j in done]
+    verdicts = verdict_rows(done)
     with_probs = sum(j.probs.get(c) is not None for j in done for c, v in j.verdicts.items() if v is not None)
     return wall, [k for k, *_ in jobs], verdicts, with_probs
 

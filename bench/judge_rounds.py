@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import enum
 import json
 import os
 import sys
@@ -52,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine_description, print_table, write_result
-from bench.judge_bases_cpu import ESCONV_VALID, JUDGES, esconv_groups
+from bench.judge_bases_cpu import ESCONV_VALID, JUDGES, esconv_groups, verdict_rows
 from bench.judge_engines_gpu import launch_bound
 from judge.engines.settings import RATIONALE_BOUNDS, STRUCTURED_OUTPUTS_BACKENDS
 
@@ -85,11 +84,6 @@ def positions(texts: list[str], independent: bool, count: Any, given: int = 0) -
 def floor_multiple(step_s: float, step_positions: float, floor_ms: float) -> float:
     """A judged step's wall time over what its sequential decode positions cost at the launch floor."""
     return step_s / (floor_ms * step_positions / 1000)
-
-
-def verdict_rows(judgments: list[Any]) -> list[dict[str, Any]]:
-    """Each candidate's verdicts as JSON values (a preference by its label; an unparsed verdict None)."""
-    return [{c: v.value if isinstance(v, enum.Enum) else v for c, v in j.verdicts.items()} for j in judgments]
 
 
 def agreement(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
@@ -207,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=ESCONV_VALID, help="ESConv JSON (raw corpus schema)")
     p.add_argument("--compare", default="independent", type=_compared,
-                   help="the path(s) set beside today's sequential rounds: independent, prefix or both, comma-separated")
+                   help="the path(s) set beside today's sequential rounds: one or more of independent, prefix and "
+                        "discrete, comma-separated")
     p.add_argument("--judge", default="1.5b-judge", choices=sorted(JUDGES), help="the judge (bench.judge_bases_cpu)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
