@@ -10,9 +10,11 @@ instead: each round's answer is started for the engine with ``Rationale:``, so i
 conversation, a few positions fewer a round); "today's sequential rounds" is then the path without the prefix.
 ``--compare independent,prefix`` sets both beside today's path on the one engine; ``discrete`` is today's path without
 the verdict probabilities (``JudgeSettings.verdict_probs`` off: no top-k logprobs asked, discrete rewards only), which
-measures what the graded reward's logprobs cost a judged step.
+measures what the graded reward's logprobs cost a judged step; ``top5`` is today's path with 5 alternatives a token
+instead of 20 (``JudgeSettings.verdict_top_k``): the same verdicts, its cost, and how far its label probabilities are
+from today's (``probability_gap``: total variation distance per component).
 
-    python -m bench.judge_rounds [--compare independent|prefix|discrete|...,...] [--judge 1.5b-judge]
+    python -m bench.judge_rounds [--compare independent|prefix|discrete|top5|...,...] [--judge 1.5b-judge]
         [--device cpu|cuda] [--dtype float32] [--sets 2] [--launch-bound]
 
 Workload: real ESConv conversations (``--data``) as :mod:`bench.judge_bases_cpu` builds them: ``--groups`` x
@@ -56,10 +58,12 @@ from bench.judge_engines_gpu import launch_bound
 from judge.engines.settings import RATIONALE_BOUNDS, STRUCTURED_OUTPUTS_BACKENDS
 
 #: the judge settings of each path (none of them the defaults: "sequential" is today's path, without the prefix)
-PATH_SETTINGS: dict[str, dict[str, bool]] = {"sequential": {"answer_prefix": False},
-                                             "independent": {"independent_rounds": True, "answer_prefix": False},
-                                             "prefix": {"answer_prefix": True},
-                                             "discrete": {"answer_prefix": False, "verdict_probs": False}}
+PATH_SETTINGS: dict[str, dict[str, bool | int]] = {
+    "sequential": {"answer_prefix": False},
+    "independent": {"independent_rounds": True, "answer_prefix": False},
+    "prefix": {"answer_prefix": True},
+    "discrete": {"answer_prefix": False, "verdict_probs": False},
+    "top5": {"answer_prefix": False, "verdict_top_k": 5}}
 
 
 async def _judge_set(judge: Any, groups: list[dict[str, Any]]) -> tuple[float, list[Any]]:
@@ -94,6 +98,24 @@ def agreement(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, dic
         pairs = [(x[comp], y[comp]) for x, y in zip(a, b) if comp in x and comp in y]
         same = sum(1 for x, y in pairs if x == y and x is not None)
         out[comp] = {"candidates": len(pairs), "same": same, "share": same / len(pairs) if pairs else float("nan")}
+    return out
+
+
+def prob_rows(judgments: list[Any]) -> list[dict[str, dict[str, float] | None]]:
+    """Each candidate's verdict label probabilities per component (None where none were read)."""
+    return [dict(j.probs) for j in judgments]
+
+
+def prob_gap(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """Per component: candidates with label probabilities on both sides (:func:`prob_rows`, same candidate order),
+    those with them on one side only, and the total variation distance between the two distributions (mean, max)."""
+    out: dict[str, dict[str, float | int]] = {}
+    for comp in sorted({c for row in a + b for c in row}):
+        pairs = [(x.get(comp), y.get(comp)) for x, y in zip(a, b)]
+        both = [(x, y) for x, y in pairs if x is not None and y is not None]
+        tv = [0.5 * sum(abs(x.get(k, 0.0) - y.get(k, 0.0)) for k in set(x) | set(y)) for x, y in both]
+        out[comp] = {"candidates": len(both), "one_side_only": sum(1 for x, y in pairs if (x is None) != (y is None)),
+                     "tv_mean": sum(tv) / len(tv) if tv else float("nan"), "tv_max": max(tv, default=float("nan"))}
     return out
 
 
@@ -155,6 +177,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         floor = await launch_bound(engine, sum(len(g["candidates"]) for g in sets[0]), 16, args.launch_tokens)
     await engine.stop()
     rows = {p: verdict_rows(done[p]) for p in paths}
+    probs = {p: prob_rows(done[p]) for p in paths}
     figures: dict[str, Any] = {}
     for p in paths:
         rounds = sum(len(j.texts) for j in done[p])
@@ -173,6 +196,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "candidates_per_set": sum(len(g["candidates"]) for g in sets[0]), "paths": figures,
             "launch_bound": floor,
             "agreement": {p: agreement(rows["sequential"], rows[p]) for p in paths[1:]},
+            "probability_gap": {p: prob_gap(probs["sequential"], probs[p]) for p in paths[1:]
+                                if PATH_SETTINGS[p].get("verdict_probs", True)},
             "settings": {p: PATH_SETTINGS[p] for p in paths},
             "dialogues": [g["dialogue_id"] for s in sets for g in s], "verdicts": rows}
 
@@ -188,6 +213,19 @@ def with_baseline(fig: dict[str, Any], baseline: dict[str, Any], source: str) ->
             "agreement_with_baseline": {p: agreement(base, r) for p, r in fig["verdicts"].items()}}
 
 
+def baseline_mismatch(baseline: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """Why ``baseline`` cannot be compared with a run of ``args`` (checked before the engine starts, so a mismatch costs
+    no engine time), or None: the workload settings that choose the rounds must be the same (the data file's content
+    is checked after the run, by :func:`with_baseline`, from the dialogues judged)."""
+    work = baseline.get("workload") or {}
+    if "verdicts" not in baseline:
+        return "it holds no per-candidate verdicts (a run before --baseline existed)"
+    wanted = {"groups": args.groups, "group_size": args.group_size, "sets": args.sets, "seed": args.seed}
+    have = {k: work.get(k) for k in wanted}
+    diff = [f"{k}: {have[k]} in the baseline, {wanted[k]} here" for k in wanted if have[k] != wanted[k]]
+    return "; ".join(diff) or None
+
+
 def _compared(value: str) -> tuple[str, ...]:
     """``--compare``: one or more of the non-sequential paths, comma-separated, each once."""
     names = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -201,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=ESCONV_VALID, help="ESConv JSON (raw corpus schema)")
     p.add_argument("--compare", default="independent", type=_compared,
-                   help="the path(s) set beside today's sequential rounds: one or more of independent, prefix and "
-                        "discrete, comma-separated")
+                   help="the path(s) set beside today's sequential rounds: one or more of independent, prefix, "
+                        "discrete and top5, comma-separated")
     p.add_argument("--judge", default="1.5b-judge", choices=sorted(JUDGES), help="the judge (bench.judge_bases_cpu)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
@@ -224,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.launch_bound is None:
         args.launch_bound = args.device == "cuda"
     baseline = json.loads(args.baseline.read_text(encoding="utf-8")) if args.baseline else None
+    if baseline is not None and (why := baseline_mismatch(baseline, args)):
+        p.error(f"--baseline {args.baseline}: not comparable with this run ({why})")
     fig = asyncio.run(measure(args))
     if baseline is not None:
         fig = with_baseline(fig, baseline, str(args.baseline))
@@ -244,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                 for k in ("step_s", "step_positions", "ms_per_position", "floor_multiple", "judgment_positions_mean",
                           "round_positions_mean", "generations_per_round", "unparsed_components")]
         rows += [(f"agreement {comp}", a["candidates"], f"{a['share']:.3f}") for comp, a in fig["agreement"][c].items()]
+        rows += [(f"probability TV {comp} (mean, max)", g["candidates"], f"{g['tv_mean']:.2e}, {g['tv_max']:.2e}")
+                 for comp, g in fig["probability_gap"].get(c, {}).items()]
         print_table(f"{fig['model']} + {fig['adapter']} on {args.device}: sequential vs {c}", rows)
     for c, comps in fig.get("agreement_with_baseline", {}).items():
         print(f"agreement of {c} with the baseline's sequential path ({fig['baseline']['rationale_bound']}): "

@@ -39,9 +39,6 @@ from judge.protocol import (
 )
 from judge.verdict_probs import LabelDistribution, label_distributions
 
-#: The alternatives asked for per output token (OpenAI's and vLLM's limit).
-VERDICT_TOP_K = 20
-
 
 @dataclass
 class CandidateJudgment:
@@ -132,7 +129,7 @@ class Judge:
                 mode: JudgeMode) -> list[tuple[RoundPlan, GenParams]]:
         """Each round of a candidate with the sampling of its first attempt: what :meth:`judge` sends and
         :meth:`judgment_key` hashes (one source, so the key cannot leave out what the engine is sent)."""
-        top_k = min(VERDICT_TOP_K, self.engine.max_logprobs) if self.graded else None
+        top_k = min(self.settings.verdict_top_k, self.engine.max_logprobs) if self.graded else None
         return [(plan, round_params(self.settings, self.engine, plan.components, logprobs=top_k))
                 for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed,
                                         independent=self.settings.independent_rounds)]
@@ -217,5 +214,5 @@ def _all_verdicts(plan: RoundPlan) -> Callable[[str], list[Verdict | None] | Non
     return validate
 
 
-__all__ = ["VERDICT_TOP_K", "CandidateJudgment", "Judge", "answer_prefix", "judgment_rewards", "retry_policy",
+__all__ = ["CandidateJudgment", "Judge", "answer_prefix", "judgment_rewards", "retry_policy",
            "round_params"]

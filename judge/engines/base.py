@@ -128,8 +128,8 @@ class EngineConfig:
         env_aliases={"COMPEER_LINE_BOUND": {"false": "counted", "true": "line"}},
         help="how the judge's one-line rationale is bounded: counted (a counted repetition in the regex), max_tokens "
              "(vllm: an unbounded pattern, max_tokens ends it, an over-long line is re-generated) or line (vllm, "
-             "transformers: in the engine); auto: the backend's fastest (transformers: line; vllm, openai: counted; "
-             "judge/engines/settings.py)")
+             "transformers: in the engine); auto: the backend's fastest (transformers: line; vllm: max_tokens; openai: "
+             "counted; judge/engines/settings.py)")
     vllm: VllmSettings = nested(VllmSettings, help="vllm backend")
     transformers: TransformersSettings = nested(TransformersSettings, help="transformers backend")
     openai: OpenAISettings = nested(OpenAISettings, prefix="openai-", help="openai backend (an OpenAI-compatible "
@@ -149,6 +149,11 @@ class EngineError(RuntimeError):
     """A generation failed inside the engine (reported per candidate as ``engine_error``)."""
 
 
+#: The most alternatives per output token an engine returns: OpenAI's ``top_logprobs`` limit and vLLM's default
+#: ``max_logprobs``, 20 (``JudgeSettings.verdict_top_k``'s bound).
+MAX_LOGPROBS = 20
+
+
 class Engine(abc.ABC):
     """A started engine generates chat completions concurrently; ``generate`` is safe to call from many tasks.
 
@@ -160,8 +165,8 @@ class Engine(abc.ABC):
     supports_line_bound: bool = False  # takes GenParams.max_line_chars
     #: takes GenParams.logprobs and returns GenResult.tokens; an engine that cannot says so here (never made up)
     supports_logprobs: bool = False
-    #: the most alternatives per position it returns (OpenAI's top_logprobs and vLLM's default limit: 20)
-    max_logprobs: int = 20
+    #: the most alternatives per position it returns (:data:`MAX_LOGPROBS`)
+    max_logprobs: int = MAX_LOGPROBS
     #: takes GenParams.prefix (it renders the chat template itself, so it can append the answer's start)
     supports_prefix: bool = False
     #: what an engine says it can do: a :class:`DelegatingEngine` takes each of these from the engine it wraps

@@ -146,3 +146,26 @@ async def test_info_says_whether_the_prefix_is_served() -> None:
     async for s in make_service(prefix=True):  # off by default
         assert (await s.http.get("/v1/info")).json()["answer_prefix"] is False
         assert JudgeSettings().answer_prefix is False
+
+
+async def test_the_judge_asks_for_verdict_top_k_alternatives_and_keys_the_cache_on_it() -> None:
+    """``JudgeSettings.verdict_top_k`` is what the engine is asked for (at most the engine's own limit), and it is part
+    of the judgment's cache key (fewer alternatives can give other label probabilities)."""
+    def judge(k: int) -> Judge:
+        engine = FakeEngine(lambda m, p: "Rationale: ok.\nVerdict: True", supports_regex=True,
+                            logprobs=verdict_logprobs())
+        return Judge(engine, load_template(), load_taxonomy(), JudgeSettings(verdict_top_k=k))
+
+    five = judge(5)
+    await five.engine.start()
+    await five.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED)
+    assert {c.params.logprobs for c in five.engine.calls} == {5}
+    capped = judge(20)
+    capped.engine.max_logprobs = 8  # an engine that returns fewer than asked for is asked for what it returns
+    await capped.engine.start()
+    await capped.judge(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED)
+    assert {c.params.logprobs for c in capped.engine.calls} == {8}
+    keys = {k: judge(k).judgment_key(HISTORY, "Sleep matters.", parse(CAND), JudgeMode.UNIFIED) for k in (5, 20)}
+    assert keys[5] != keys[20]
+    with pytest.raises(ValueError, match="verdict_top_k 21: expected 1..20"):
+        JudgeSettings(verdict_top_k=21)

@@ -17,7 +17,7 @@
 #   rounds   carry .gpu-esconv: bench.judge_rounds on ESConv valid rounds once per rationale bound (BOUNDS), one engine
 #            each (issue 27: the bound whose grammar masks cost least at the 1.5B judge's vocabulary, docs/reward_server.md)
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
-#            --rationale-bound $RATIONALE_BOUND, default counted: the fastest on the H200, docs/gpu.md) and one
+#            --rationale-bound $RATIONALE_BOUND, default auto: max_tokens, the fastest on the H200) and one
 #            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
 #            log and the replies' summary to $OUT. Carry "compeer_proto" (the generated gRPC code the server imports); a
 #            server that exits before it is ready fails the call at once with its log's tail
@@ -135,11 +135,11 @@ wait)
   ;;
 rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, from tools/gpu/stage_qwen.sh) with the GPU
   # default judge, once per rationale bound (BOUNDS, default "counted max_tokens line"; the bound is the engine's, so
-  # one engine each, one after another), each beside the paths of COMPARE (default prefix,discrete: the answer prefix,
-  # and today's path without the graded reward's logprobs); SETS GRPO steps each
-  # (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
+  # one engine each, one after another), each beside the paths of COMPARE (default prefix,discrete,top5: the answer
+  # prefix, today's path without the graded reward's logprobs, and with 5 alternatives a token instead of 20); SETS
+  # GRPO steps each (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
   # $S/rounds (while the machine stays warm), so that every other bound's run, in this call or a later one, is
-  # compared with the BASELINE run's verdicts (default counted, today's GPU default: --baseline). SO_BACKEND (auto,
+  # compared with the BASELINE run's verdicts (default counted, the GPU default until 2026-11-29: --baseline). SO_BACKEND (auto,
   # xgrammar, guidance) picks vLLM's mask library for this call's runs; a run's name is then <bound>-<backend>
   T0=${CALL_T0:-$(date +%s)} R="$S"/rounds base=${BASELINE:-counted}
   mkdir -p "$R"
@@ -152,7 +152,7 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
     name=$b${SO_BACKEND:+-$SO_BACKEND} against=()
     [ "$name" != "$base" ] && [ -f "$R"/judge_rounds-"$base".json ] && against=(--baseline "$R"/judge_rounds-"$base".json)
     rm -f bench/results/judge_rounds*_cuda.json
-    timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix,discrete}" --device cuda \
+    timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix,discrete,top5}" --device cuda \
       --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" \
       --structured-outputs-backend "${SO_BACKEND:-auto}" "${against[@]}" > "$OUT"/judge_rounds-"$name".log 2>&1
     echo "$name: exit $?${against:+ (against the $base run)}"
@@ -166,7 +166,7 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
 serve)
   [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; exit 1; }
   python3 -m reward_server.cli serve --backend vllm --device cuda --model default \
-    --rationale-bound "${RATIONALE_BOUND:-counted}" --embedding-model "$S"/minilm-q8 --cache off \
+    --rationale-bound "${RATIONALE_BOUND:-auto}" --embedding-model "$S"/minilm-q8 --cache off \
     --host 127.0.0.1 --grpc-port 50051 --http-port 8000 > "$OUT"/server.log 2>&1 &
   SERVER=$!
   # fails fast, with the log's tail, when the server exits before it is ready
