@@ -115,6 +115,19 @@ def test_the_overlap_runs_share_a_judge_server_without_a_result_cache() -> None:
     assert '--cache "${JUDGE_CACHE:-memory}"' in text
 
 
+def test_the_overlap_runs_take_the_loops_esconv_prompts_by_their_file_names() -> None:
+    """PROMPTS=esconv trains every overlap run on the loop's ESConv sets (compeer_loop.sh pack), named as
+    compeer_loop.prompts writes them, and TRAIN_ARGS reaches every run."""
+    from compeer_loop.prompts import TRAIN_FILE, WARMUP_FILE
+
+    phase = (GPU / "device_evidence.sh").read_text()
+    phase = phase[phase.index("\noverlap)"):]
+    phase = phase[:phase.index("\n  ;;")]
+    assert f"--set prompt_set=/tmp/loop-data/{TRAIN_FILE}" in phase
+    assert f"--set sft_warmup_dataset=/tmp/loop-data/{WARMUP_FILE}" in phase
+    assert re.search(r'train_vllm [^\n]*--set reward_overlap="\$arm" "\$\{extra\[@\]\}" \$\{TRAIN_ARGS:-\}', phase)
+
+
 def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_first(tmp_path: Path) -> None:
     """`vllm_judge.sh rounds` (issue 27): one bench.judge_rounds run per rationale bound, its JSON kept under the
     bound's name, and every later bound compared with the first one's verdicts (--baseline). A fake python3 stands

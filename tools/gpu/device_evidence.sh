@@ -28,7 +28,9 @@
 #            colocated vLLM against one judge server (JUDGE_MODEL as in generation; no result cache: JUDGE_CACHE, default
 #            off here, memory elsewhere), the first run's SFT warm-up copied to
 #            the others (or WARMUP_FROM's, a run folder of an earlier call, to all), STEPS each; summaries (-off,
-#            -same_step, -next_step), metrics, plots and logs in plots-logs.tar.xz
+#            -same_step, -next_step), metrics, plots and logs in plots-logs.tar.xz. TRAIN_ARGS: more policy_trainer
+#            options for every run; PROMPTS=esconv (carry .gpu-loop, from compeer_loop.sh pack): the GRPO prompts and
+#            warm-up rows are the loop's ESConv train sets (real conversations) instead of the profile's smoke set
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -222,8 +224,14 @@ generation)  # issue 16 item 5: the policy generating through transformers, then
   summaries "$OUT"/summary-hf.json "$OUT"/summary-vllm.json
   ;;
 overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call (same judge server, warm-up, seed)
-  T0=${CALL_T0:-$(date +%s)} arms=(${OVERLAPS:-off same_step next_step})
+  T0=${CALL_T0:-$(date +%s)} arms=(${OVERLAPS:-off same_step next_step}) extra=()
   vllm_site || exit 1
+  if [ "${PROMPTS:-smoke}" = esconv ]; then  # the loop's ESConv prompt sets, unpacked once per machine
+    [ -f /tmp/loop-data/grpo_train.jsonl ] || { [ -f .gpu-loop/loop-data.tar.xz ] && mkdir -p /tmp/loop-data \
+      && tar -xJf .gpu-loop/loop-data.tar.xz -C /tmp/loop-data; } \
+      || { echo "PROMPTS=esconv: carry .gpu-loop (bash tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
+    extra=(--set prompt_set=/tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl)
+  fi
   # no result cache: the runs share one server, and same_step's rollouts are off's (same seed, same algorithm), so a
   # cache would answer the second run's every call from the first's judgments (it did on 2026-11-29)
   JUDGE_CACHE=${JUDGE_CACHE:-off} JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
@@ -233,7 +241,8 @@ overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call 
     # the first run's warm-up, or WARMUP_FROM's (a run of an earlier call on this machine) for every run
     from=${WARMUP_FROM:-$( (( i > 0 )) && echo /tmp/run-"${arms[0]}")}
     [ -n "$from" ] && { reuse_warmup "$from" /tmp/run-"$arm" || exit 1; }
-    train_vllm /tmp/run-"$arm" "$(( $(budget_left) / left ))" --set reward_overlap="$arm" > "$OUT"/train-"$arm".log 2>&1
+    train_vllm /tmp/run-"$arm" "$(( $(budget_left) / left ))" --set reward_overlap="$arm" "${extra[@]}" ${TRAIN_ARGS:-} \
+      > "$OUT"/train-"$arm".log 2>&1
     echo "reward_overlap $arm: train exit $?"
     collect /tmp/run-"$arm" -"$arm"
   done
