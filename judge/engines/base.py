@@ -128,8 +128,8 @@ class EngineConfig:
         env_aliases={"COMPEER_LINE_BOUND": {"false": "counted", "true": "line"}},
         help="how the judge's one-line rationale is bounded: counted (a counted repetition in the regex), max_tokens "
              "(vllm: an unbounded pattern, max_tokens ends it, an over-long line is re-generated) or line (vllm, "
-             "transformers: in the engine); auto: the backend's fastest (transformers: line; vllm: max_tokens; openai: "
-             "counted; judge/engines/settings.py)")
+             "transformers: in the engine); auto: the backend's fastest (transformers: line; vllm, openai: counted; "
+             "judge/engines/settings.py)")
     vllm: VllmSettings = nested(VllmSettings, help="vllm backend")
     transformers: TransformersSettings = nested(TransformersSettings, help="transformers backend")
     openai: OpenAISettings = nested(OpenAISettings, prefix="openai-", help="openai backend (an OpenAI-compatible "

@@ -20,14 +20,14 @@ GRAMMAR_BACKENDS = {"guidance": "llguidance", "xgrammar": "xgrammar"}
 #: answer with a line over the bound is cut before that line (unparsable: the judge re-generates it);
 #: ``line`` (vLLM and transformers): an unbounded rationale pattern plus the line bound in the engine (transformers:
 #: in its token mask; vLLM: a V1 logits processor, :mod:`judge.engines.vllm_line_bound`).
-#: ``auto`` (the default) is each backend's fastest: ``line`` on transformers (1.6-1.9x faster there than
-#: ``counted``), ``max_tokens`` on vLLM (the GPU default judge on an H200: a judged step 1.68 s against 2.84 s with
-#: ``counted``, whose mask costs most at Qwen2.5's vocabulary; 639 of 640 verdicts the same; docs/reward_server.md,
-#: "The rationale bound on the GPU") and ``counted`` on an OpenAI endpoint (the only one it can take: the bound
-#: travels in the regex).
+#: ``auto`` (the default) is each backend's fastest that holds the bound while decoding: ``line`` on transformers
+#: (1.6-1.9x faster there than ``counted``), ``counted`` on vLLM and on an OpenAI endpoint (the only one it can take:
+#: the bound travels in the regex). ``max_tokens`` is not an ``auto`` choice: a judge that writes past the bound (the
+#: bare base does) has its rounds cut and re-generated until they fail (docs/reward_server.md, "The rationale bound
+#: on the GPU"); the CUDA image sets ``line`` for the 1.5B judge (1.75 s a judged step against 2.84 s with ``counted``).
 RATIONALE_BOUNDS = ("counted", "max_tokens", "line")
 #: the bounds each backend can apply (``auto`` resolves to the first)
-BACKEND_BOUNDS = {"transformers": ("line", "counted"), "vllm": ("max_tokens", "counted", "line"), "openai": ("counted",)}
+BACKEND_BOUNDS = {"transformers": ("line", "counted"), "vllm": ("counted", "max_tokens", "line"), "openai": ("counted",)}
 
 
 def rationale_bound_of(backend: str, bound: str) -> str:

@@ -107,7 +107,7 @@ def test_one_rationale_bound_for_every_backend_and_its_deprecated_alias(clean_en
     clean_env.setattr(js, "_warned", set())
     serve = ["serve", "--backend", "transformers"]
     assert config_from_args(make_parser().parse_args(serve)).engine.bound == "line"  # auto: the backend's fastest
-    assert config_from_args(make_parser().parse_args(["serve"])).engine.bound == "max_tokens"
+    assert config_from_args(make_parser().parse_args(["serve"])).engine.bound == "counted"
     with caplog.at_level("WARNING", logger="judge.settings"):
         for _ in range(2):
             c = config_from_args(make_parser().parse_args([*serve, "--no-line-bound"]))

@@ -43,9 +43,9 @@ def test_cut_at_overlong_line() -> None:
 
 
 def test_rationale_bound_setting() -> None:
-    assert EngineConfig(backend="vllm").bound == "max_tokens" and EngineConfig(backend="transformers").bound == "line"
+    assert EngineConfig(backend="vllm").bound == "counted" and EngineConfig(backend="transformers").bound == "line"
     assert EngineConfig(backend="openai").bound == "counted"
-    with pytest.raises(ValueError, match="rationale_bound 'tokens': the vllm engine takes auto, max_tokens, counted"):
+    with pytest.raises(ValueError, match="rationale_bound 'tokens': the vllm engine takes auto, counted, max_tokens"):
         EngineConfig(backend="vllm", rationale_bound="tokens")
     with pytest.raises(ValueError, match="rationale_bound 'max_tokens': the transformers engine takes auto, line, "
                                          "counted"):

@@ -17,7 +17,7 @@
 #   rounds   carry .gpu-esconv: bench.judge_rounds on ESConv valid rounds once per rationale bound (BOUNDS), one engine
 #            each (issue 27: the bound whose grammar masks cost least at the 1.5B judge's vocabulary, docs/reward_server.md)
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
-#            --rationale-bound $RATIONALE_BOUND, default auto: max_tokens, the fastest on the H200) and one
+#            --rationale-bound $RATIONALE_BOUND, default line, the CUDA image's) and one
 #            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
 #            log and the replies' summary to $OUT. Carry "compeer_proto" (the generated gRPC code the server imports); a
 #            server that exits before it is ready fails the call at once with its log's tail
@@ -166,7 +166,7 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
 serve)
   [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; exit 1; }
   python3 -m reward_server.cli serve --backend vllm --device cuda --model default \
-    --rationale-bound "${RATIONALE_BOUND:-auto}" --embedding-model "$S"/minilm-q8 --cache off \
+    --rationale-bound "${RATIONALE_BOUND:-line}" --embedding-model "$S"/minilm-q8 --cache off \
     --host 127.0.0.1 --grpc-port 50051 --http-port 8000 > "$OUT"/server.log 2>&1 &
   SERVER=$!
   # fails fast, with the log's tail, when the server exits before it is ready
