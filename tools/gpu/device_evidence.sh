@@ -10,7 +10,7 @@
 #   prepare  (no carry; tools/gpu/vllm_judge.sh stage calls it) the preparation below alone
 #   run      carry compeer_proto, after every staging folder: prepare, then reward server (--backend $JUDGE_BACKEND: vllm, the GPU
 #            default by the figures of docs/gpu.md, which needs tools/gpu/vllm_judge.sh install's /tmp/vsite first
-#            (the run stops and says so without it), with --rationale-bound $JUDGE_RATIONALE_BOUND (default line, the CUDA image's);
+#            (the run stops and says so without it), with --rationale-bound $JUDGE_RATIONALE_BOUND (default counted: pass line for the 1.5B judge);
 #            or JUDGE_BACKEND=transformers, the engine where vLLM is not installed; cuda; --static-cache
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --rationale-bound counted when
@@ -75,14 +75,15 @@ PY
 }
 
 # The judge's engine on the GPU: vLLM (H200: a GRPO step 0.72 s vs 0.92 s on transformers, a ScoreBatch of 64 groups
-# 4.35 s vs 6.94 s, docs/gpu.md) with the CUDA image's rationale bound, line (the fastest bound for the 1.5B judge that
-# holds the bound while decoding, docs/reward_server.md "The rationale bound on the GPU"). vLLM is not on the
+# 4.35 s vs 6.94 s, docs/gpu.md) with the counted rationale bound (vLLM's auto: the fastest for the 135M judges `run`
+# serves by default; for the 1.5B judge, JUDGE_MODEL=default, the CUDA image's line is faster: JUDGE_RATIONALE_BOUND=line,
+# docs/reward_server.md "The rationale bound on the GPU"). vLLM is not on the
 # lent machines: tools/gpu/vllm_judge.sh install (every .gpu-vllm part) puts it in /tmp/vsite first. Without it the
 # run stops and says so; JUDGE_BACKEND=transformers (static cache, line bound) is the explicit no-vLLM choice.
 JUDGE_BACKEND=${JUDGE_BACKEND:-vllm}
 if [ "$JUDGE_BACKEND" = vllm ]; then
   export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
-  JUDGE_RATIONALE_BOUND=${JUDGE_RATIONALE_BOUND:-line}
+  JUDGE_RATIONALE_BOUND=${JUDGE_RATIONALE_BOUND:-counted}
 fi
 need_vllm() {
   [ "$JUDGE_BACKEND" != vllm ] || [ -f /tmp/vsite/.compeer-vllm ] || { echo "JUDGE_BACKEND=vllm (the GPU default) but \

@@ -139,7 +139,7 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
   # prefix, today's path without the graded reward's logprobs, and with 5 alternatives a token instead of 20); SETS
   # GRPO steps each (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
   # $S/rounds (while the machine stays warm), so that every other bound's run, in this call or a later one, is
-  # compared with the BASELINE run's verdicts (default counted, the GPU default until 2026-11-29: --baseline). SO_BACKEND (auto,
+  # compared with the BASELINE run's verdicts (default counted, vLLM's auto: --baseline). SO_BACKEND (auto,
   # xgrammar, guidance) picks vLLM's mask library for this call's runs; a run's name is then <bound>-<backend>
   T0=${CALL_T0:-$(date +%s)} R="$S"/rounds base=${BASELINE:-counted}
   mkdir -p "$R"
