@@ -31,6 +31,8 @@ included). Agreement: per component, the share of candidates whose verdict is th
 ``bench/results/judge_rounds_<device>.json`` (``judge_rounds_prefix_<device>.json`` with ``--compare prefix``,
 ``judge_rounds_all_<device>.json`` with both); ratios are each other path over sequential.
 
+``--backend transformers`` runs the paths on the transformers engine instead (no prefix cache to reset, no launch
+floor): for ``top5``'s probability gap where the logprobs are the model's unmasked distribution.
 ``--rationale-bound`` picks the engine's bound and ``--structured-outputs-backend`` its mask library (one of each a
 run: both are the engine's); ``--baseline`` takes the JSON
 of an earlier run on the same rounds (every candidate's verdicts are in it) and adds each path's agreement with that
@@ -135,11 +137,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     base, adapter = JUDGES[args.judge]
     bound = {"rationale_bound": args.rationale_bound} if args.rationale_bound else {}
     vllm = VllmSettings(structured_outputs_backend=args.structured_outputs_backend)
-    config = resolve_engine(EngineConfig(backend="vllm", dtype=args.dtype, device=args.device, max_model_len=4096,
-                                         vllm=vllm, **bound), base, adapter)
+    config = resolve_engine(EngineConfig(backend=args.backend, dtype=args.dtype, device=args.device,
+                                         max_model_len=4096, vllm=vllm, **bound), base, adapter)
     engine = build_engine(config)
-    if not isinstance(engine, VllmEngine):
+    if args.backend == "vllm" and not isinstance(engine, VllmEngine):
         raise TypeError(f"expected the vLLM engine, got {type(engine).__name__}")
+
+    async def reset() -> None:  # vLLM's prefix cache; the transformers engine keeps none across requests
+        if isinstance(engine, VllmEngine):
+            await engine.reset_prefix_cache()
     tokenizer = AutoTokenizer.from_pretrained(config.model_path, local_files_only=True)
 
     def count(text: str) -> int:
@@ -166,14 +172,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     done: dict[str, list[Any]] = {p: [] for p in paths}
     for i, groups_ in enumerate(sets):
         for p in paths[i % len(paths):] + paths[:i % len(paths)]:  # each path first in turn
-            await engine.reset_prefix_cache()
+            await reset()
             wall, judgments = await _judge_set(judges[p], groups_)
             walls[p].append(wall)
             steps[p].append(max(pos(p, j.texts) for j in judgments))
             done[p] += judgments
     floor = None
     if args.launch_bound:
-        await engine.reset_prefix_cache()
+        await reset()
         floor = await launch_bound(engine, sum(len(g["candidates"]) for g in sets[0]), 16, args.launch_tokens)
     await engine.stop()
     rows = {p: verdict_rows(done[p]) for p in paths}
@@ -243,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                         "discrete and top5, comma-separated")
     p.add_argument("--judge", default="1.5b-judge", choices=sorted(JUDGES), help="the judge (bench.judge_bases_cpu)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--backend", default="vllm", choices=("vllm", "transformers"),
+                   help="the judge's engine (transformers: its unmasked logprobs, for top5's probability gap; no "
+                        "prefix cache, no launch floor)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--groups", type=int, default=8, help="groups (prompts) of a set")
     p.add_argument("--group-size", type=int, default=4, help="candidates a group")
@@ -260,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], help="a note to record in the JSON (repeatable)")
     args = p.parse_args(argv)
     if args.launch_bound is None:
-        args.launch_bound = args.device == "cuda"
+        args.launch_bound = args.device == "cuda" and args.backend == "vllm"
+    if args.launch_bound and args.backend != "vllm":
+        p.error("--launch-bound measures vLLM's launch floor: use it with --backend vllm")
     baseline = json.loads(args.baseline.read_text(encoding="utf-8")) if args.baseline else None
     if baseline is not None and (why := baseline_mismatch(baseline, args)):
         p.error(f"--baseline {args.baseline}: not comparable with this run ({why})")
@@ -271,10 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {c: {k: fig["paths"][c][k] / seq[k] for k in ("step_s", "step_positions", "ms_per_position")
                   if seq[k] and fig["paths"][c][k]} for c in args.compare}
     name = {("independent",): "judge_rounds", ("prefix",): "judge_rounds_prefix"}.get(args.compare, "judge_rounds_all")
+    name += "" if args.backend == "vllm" else f"_{args.backend}"
     out = write_result(f"{name}_{args.device}", {
         "command": " ".join(["python -m bench.judge_rounds", *(argv if argv is not None else sys.argv[1:])]),
         "workload": {"data": str(args.data), "groups": args.groups, "group_size": args.group_size, "sets": args.sets,
-                     "seed": args.seed, "mode": "unified", "engine": f"vllm-{args.device}", "prefix_caching": True,
+                     "seed": args.seed, "mode": "unified", "engine": f"{args.backend}-{args.device}",
+                     "prefix_caching": args.backend == "vllm",
                      "vllm_cpu_env": {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")}},
         "machine_detail": machine_description(), **fig,
         **{f"ratios_{c}_over_sequential": ratios[c] for c in args.compare}, "notes": args.note})

@@ -108,3 +108,12 @@ def test_probability_gap_is_the_total_variation_per_component_and_counts_one_sid
     assert gap["step1"]["tv_max"] == pytest.approx(0.1) and gap["step1"]["tv_mean"] == pytest.approx(0.05)
     assert gap["preference"]["candidates"] == 1 and gap["preference"]["one_side_only"] == 1
     assert gap["preference"]["tv_max"] == pytest.approx(0.2)  # a label on one side only counts from 0
+
+
+def test_the_launch_floor_is_refused_on_the_transformers_engine_before_it_starts(tmp_path, capsys) -> None:
+    """The launch floor is vLLM's (``launch_bound`` drives its AsyncLLM): ``--backend transformers --launch-bound``
+    is a usage error before any engine loads; without the flag the transformers run leaves it off."""
+    with pytest.raises(SystemExit) as e:
+        main(["--backend", "transformers", "--launch-bound", "--device", "cuda", "--data", str(tmp_path / "none.json")])
+    assert e.value.code == 2
+    assert "--launch-bound measures vLLM's launch floor" in capsys.readouterr().err

@@ -126,6 +126,20 @@ def test_the_overlap_runs_take_the_loops_esconv_prompts_by_their_file_names() ->
     assert f"--set prompt_set=/tmp/loop-data/{TRAIN_FILE}" in phase
     assert f"--set sft_warmup_dataset=/tmp/loop-data/{WARMUP_FILE}" in phase
     assert re.search(r'train_vllm [^\n]*--set reward_overlap="\$arm" "\$\{extra\[@\]\}" \$\{TRAIN_ARGS:-\}', phase)
+    # ESConv's long conversations ran the policy out of memory without gradient checkpointing (H200, 2026-11-29)
+    esconv = phase[phase.index('= esconv ]'):phase.index("\n  fi")]
+    assert "--set gradient_checkpointing=true" in esconv
+
+
+def test_the_overlap_runs_keep_warmup_from_aside_before_replacing_their_run_folders() -> None:
+    """WARMUP_FROM=/tmp/run-off with off among OVERLAPS: the loop deleted the folder it was about to copy the warm-up
+    from (2026-11-29). The adapter is copied aside before any run folder is replaced, and every run reuses the copy."""
+    phase = (GPU / "device_evidence.sh").read_text()
+    phase = phase[phase.index("\noverlap)"):]
+    phase = phase[:phase.index("\n  ;;")]
+    aside = phase.index('cp -r "$WARMUP_FROM"/warmup/adapter /tmp/warmup-from/warmup/')
+    assert aside < phase.index('rm -rf /tmp/run-"$arm"')
+    assert re.search(r'from=\$\( \[ -n "\$\{WARMUP_FROM:-\}" \] && echo /tmp/warmup-from', phase)
 
 
 def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_first(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@
 #            or JUDGE_BACKEND=transformers, the engine where vLLM is not installed; cuda; --static-cache
 #            when JUDGE_STATIC_CACHE=true, --grammar-kernel $JUDGE_GRAMMAR_KERNEL, --grammar-backend
 #            $JUDGE_GRAMMAR_BACKEND and --grammar-threads $JUDGE_GRAMMAR_THREADS when set, --rationale-bound counted when
-#            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
+#            JUDGE_LINE_BOUND=false, --adapter $JUDGE_ADAPTER and --verdict-top-k $JUDGE_VERDICT_TOP_K when set) + SFT warm-up + GRPO of the SmolLM2 policy; metrics, summary, plots and
 #            logs copied to $OUT (CALL_BUDGET_S, default 560: the seconds this call may take in all, counted from
 #            CALL_T0 when the caller exported it (several scripts in one call), else from this script's start; TRAIN_ARGS:
 #            more policy_trainer options)
@@ -112,6 +112,7 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
   [ "${JUDGE_LINE_BOUND:-true}" = false ] && args+=(--rationale-bound counted)  # the old switch's meaning
   [ -n "${JUDGE_ADAPTER:-}" ] && args+=(--adapter "$JUDGE_ADAPTER")
   [ -n "${JUDGE_RATIONALE_BOUND:-}" ] && args+=(--rationale-bound "$JUDGE_RATIONALE_BOUND")
+  [ -n "${JUDGE_VERDICT_TOP_K:-}" ] && args+=(--verdict-top-k "$JUDGE_VERDICT_TOP_K")
   # the server tokenizes each batch of judge prompts in one call: let the tokenizer use the box's cores
   TOKENIZERS_PARALLELISM=true python3 -m reward_server.cli "${args[@]}" > "$OUT"/server.log 2>&1 &
   SERVER=$!
@@ -231,7 +232,15 @@ overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call 
     [ -f /tmp/loop-data/grpo_train.jsonl ] || { [ -f .gpu-loop/loop-data.tar.xz ] && mkdir -p /tmp/loop-data \
       && tar -xJf .gpu-loop/loop-data.tar.xz -C /tmp/loop-data; } \
       || { echo "PROMPTS=esconv: carry .gpu-loop (bash tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
-    extra=(--set prompt_set=/tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl)
+    # gradient checkpointing on: ESConv's long conversations x 32 completions ran the policy out of memory without it
+    # (97 GB after 13 steps beside the 1.5B judge's 43 GB on an H200, 2026-11-29)
+    extra=(--set prompt_set=/tmp/loop-data/grpo_train.jsonl --set sft_warmup_dataset=/tmp/loop-data/warmup.jsonl
+           --set gradient_checkpointing=true)
+  fi
+  if [ -n "${WARMUP_FROM:-}" ]; then  # kept aside first: WARMUP_FROM may be a run folder this call is about to replace
+    rm -rf /tmp/warmup-from && mkdir -p /tmp/warmup-from/warmup \
+      && cp -r "$WARMUP_FROM"/warmup/adapter /tmp/warmup-from/warmup/ \
+      || { echo "WARMUP_FROM=$WARMUP_FROM holds no warmup/adapter" >&2; exit 1; }
   fi
   # no result cache: the runs share one server, and same_step's rollouts are off's (same seed, same algorithm), so a
   # cache would answer the second run's every call from the first's judgments (it did on 2026-11-29)
@@ -240,7 +249,7 @@ overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call 
     arm=${arms[$i]} left=$(( ${#arms[@]} - i ))
     rm -rf /tmp/run-"$arm"
     # the first run's warm-up, or WARMUP_FROM's (a run of an earlier call on this machine) for every run
-    from=${WARMUP_FROM:-$( (( i > 0 )) && echo /tmp/run-"${arms[0]}")}
+    from=$( [ -n "${WARMUP_FROM:-}" ] && echo /tmp/warmup-from || { (( i > 0 )) && echo /tmp/run-"${arms[0]}"; })
     [ -n "$from" ] && { reuse_warmup "$from" /tmp/run-"$arm" || exit 1; }
     train_vllm /tmp/run-"$arm" "$(( $(budget_left) / left ))" --set reward_overlap="$arm" "${extra[@]}" ${TRAIN_ARGS:-} \
       > "$OUT"/train-"$arm".log 2>&1
