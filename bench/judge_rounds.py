@@ -59,11 +59,13 @@ from bench.judge_bases_cpu import ESCONV_VALID, JUDGES, esconv_groups, verdict_r
 from bench.judge_engines_gpu import launch_bound
 from judge.engines.settings import RATIONALE_BOUNDS, STRUCTURED_OUTPUTS_BACKENDS
 
-#: the judge settings of each path (none of them the defaults: "sequential" is today's path, without the prefix)
+#: the judge settings of each path: "sequential" is the unoptimised path (no prefix, 20 alternatives a token, as the
+#: figures before 2026-11-29 measured it); each other path changes one thing. ``top5`` is vLLM's default since then
+#: (``judge.conversation.verdict_top_k``)
 PATH_SETTINGS: dict[str, dict[str, bool | int]] = {
-    "sequential": {"answer_prefix": False},
-    "independent": {"independent_rounds": True, "answer_prefix": False},
-    "prefix": {"answer_prefix": True},
+    "sequential": {"answer_prefix": False, "verdict_top_k": 20},
+    "independent": {"independent_rounds": True, "answer_prefix": False, "verdict_top_k": 20},
+    "prefix": {"answer_prefix": True, "verdict_top_k": 20},
     "discrete": {"answer_prefix": False, "verdict_probs": False},
     "top5": {"answer_prefix": False, "verdict_top_k": 5}}
 

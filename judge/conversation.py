@@ -24,7 +24,7 @@ from cer.modes import JudgeMode
 from cer.reasoning import ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import STEP_LABELS, Preference, Verdict, parse_verdicts
-from judge.engines.base import Engine, GenParams, Message
+from judge.engines.base import MASKED_TOP_K, MAX_LOGPROBS, Engine, GenParams, Message
 from judge.generation import RetryPolicy, Validated, content_key, generate_validated, sampling_fields
 from judge.protocol import (
     ANSWER_PREFIX,
@@ -100,6 +100,16 @@ def retry_policy(settings: JudgeSettings) -> RetryPolicy:
     return RetryPolicy(max_retries=settings.max_retries, retry_temperature=settings.retry_temperature)
 
 
+def verdict_top_k(settings: JudgeSettings, engine: Engine) -> int:
+    """The alternatives a token the judge asks ``engine`` for (graded rewards): ``settings.verdict_top_k``, or by
+    default :data:`~judge.engines.base.MASKED_TOP_K` where the engine computes them after the verdict grammar's mask
+    on constrained rounds and :data:`~judge.engines.base.MAX_LOGPROBS` elsewhere (an unmasked distribution may rank
+    other tokens above a label); never more than the engine returns."""
+    masked = engine.masked_logprobs and settings.constrain and engine.supports_regex
+    default = MASKED_TOP_K if masked else MAX_LOGPROBS
+    return min(settings.verdict_top_k or default, engine.max_logprobs)
+
+
 class Judge:
     """Runs the judge conversation for one candidate on an engine."""
 
@@ -129,7 +139,7 @@ class Judge:
                 mode: JudgeMode) -> list[tuple[RoundPlan, GenParams]]:
         """Each round of a candidate with the sampling of its first attempt: what :meth:`judge` sends and
         :meth:`judgment_key` hashes (one source, so the key cannot leave out what the engine is sent)."""
-        top_k = min(self.settings.verdict_top_k, self.engine.max_logprobs) if self.graded else None
+        top_k = verdict_top_k(self.settings, self.engine) if self.graded else None
         return [(plan, round_params(self.settings, self.engine, plan.components, logprobs=top_k))
                 for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed,
                                         independent=self.settings.independent_rounds)]

@@ -239,10 +239,12 @@ class JudgeSettings:
     verdict_probs: bool = setting(True, help="ask the engine for the verdict token's probabilities (top-k logprobs) "
                                              "where it can, for graded rewards (off, or an engine without logprobs: "
                                              "discrete rewards only)")
-    verdict_top_k: int = setting(MAX_LOGPROBS, help=(
+    verdict_top_k: int | None = setting(None, help=(
         "alternatives the engine returns per output token when verdict_probs is on (1..20: OpenAI's and vLLM's "
-        "limit); the verdict label's probability is read from them. vLLM returns them for every position, so "
-        "fewer cost less host work (issue 27); a label outside them gets no probability"))
+        "limit); the verdict label's probability is read from them, and a label outside them gets none. vLLM "
+        "returns them for every position, so fewer cost less host work (issue 27). none: 5 where the engine "
+        "computes them after the verdict grammar's mask (vLLM, constrained rounds), 20 elsewhere "
+        "(judge.conversation.verdict_top_k)"))
     independent_rounds: bool = setting(False, help=(
         "send every round of a candidate at once, each after the system message and the conversation alone, "
         "instead of one after another with the earlier rounds' answers in its context: a judgment then waits for "
@@ -265,7 +267,7 @@ class JudgeSettings:
             raise ValueError(f"max_tokens_per_component {self.max_tokens_per_component}: expected >= 8")
         if self.rationale_max_chars < 1:
             raise ValueError(f"rationale_max_chars {self.rationale_max_chars}: expected >= 1")
-        if not 1 <= self.verdict_top_k <= MAX_LOGPROBS:
+        if self.verdict_top_k is not None and not 1 <= self.verdict_top_k <= MAX_LOGPROBS:
             raise ValueError(f"verdict_top_k {self.verdict_top_k}: expected 1..{MAX_LOGPROBS}")
 
 

@@ -152,6 +152,10 @@ class EngineError(RuntimeError):
 #: The most alternatives per output token an engine returns: OpenAI's ``top_logprobs`` limit and vLLM's default
 #: ``max_logprobs``, 20 (``JudgeSettings.verdict_top_k``'s bound).
 MAX_LOGPROBS = 20
+#: The alternatives a token the judge asks for by default from an engine with ``masked_logprobs`` on a constrained
+#: round: after the verdict grammar's mask a verdict position holds only the labels' spellings, and 5 kept every
+#: verdict and the label probabilities to 1e-5 against 20 (docs/reward_server.md, "Fewer logprobs a token").
+MASKED_TOP_K = 5
 
 
 class Engine(abc.ABC):
@@ -167,11 +171,13 @@ class Engine(abc.ABC):
     supports_logprobs: bool = False
     #: the most alternatives per position it returns (:data:`MAX_LOGPROBS`)
     max_logprobs: int = MAX_LOGPROBS
+    #: its logprobs are computed after ``GenParams.regex``'s mask (vLLM), not from the model's unmasked distribution
+    masked_logprobs: bool = False
     #: takes GenParams.prefix (it renders the chat template itself, so it can append the answer's start)
     supports_prefix: bool = False
     #: what an engine says it can do: a :class:`DelegatingEngine` takes each of these from the engine it wraps
     CAPABILITIES: ClassVar[tuple[str, ...]] = ("name", "supports_regex", "supports_line_bound", "supports_logprobs",
-                                                "max_logprobs", "supports_prefix")
+                                                "max_logprobs", "masked_logprobs", "supports_prefix")
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -74,6 +74,7 @@ class VllmEngine(Engine):
     name = "vllm"
     supports_regex = True
     supports_logprobs = True  # raw logprobs (see the module docstring); at most vLLM's max_logprobs (20)
+    masked_logprobs = True  # computed after the structured-output mask (the module docstring)
     supports_prefix = True  # it renders the chat template itself
 
     def __init__(self, config: EngineConfig) -> None:

@@ -12,7 +12,7 @@ from cer.modes import JudgeMode
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy
 from cer.verdicts import Kind
-from judge.conversation import Judge, round_params
+from judge.conversation import Judge, round_params, verdict_top_k
 from judge.engines.base import EngineConfig, EngineError, GenParams, TokenLogprobs
 from judge.engines.hf.engine import TransformersEngine
 from judge.engines.hf.line_bound import prefix_line_bytes
@@ -169,3 +169,21 @@ async def test_the_judge_asks_for_verdict_top_k_alternatives_and_keys_the_cache_
     assert keys[5] != keys[20]
     with pytest.raises(ValueError, match="verdict_top_k 21: expected 1..20"):
         JudgeSettings(verdict_top_k=21)
+
+
+@pytest.mark.parametrize(("masked", "constrain", "regex", "asked"), [
+    (True, True, True, 5),     # vLLM on constrained rounds: only the labels' spellings are left at a verdict
+    (True, False, True, 20),   # unconstrained rounds: the mask is not there, whatever the engine
+    (True, True, False, 20),   # an engine that takes no regex cannot mask
+    (False, True, True, 20)])  # the transformers engine: the model's unmasked distribution
+def test_verdict_top_k_defaults_to_5_only_where_the_grammar_masked_the_logprobs(masked: bool, constrain: bool,
+                                                                              regex: bool, asked: int) -> None:
+    """``verdict_top_k`` none: 5 alternatives where the engine computes them after the verdict grammar's mask (vLLM,
+    measured: every verdict the same and the label probabilities to 1e-5 against 20 on an H200), 20 elsewhere; an
+    explicit value wins; never more than the engine returns."""
+    engine = FakeEngine(lambda m, p: "Rationale: ok.\nVerdict: True", supports_regex=regex, logprobs=verdict_logprobs())
+    engine.masked_logprobs = masked
+    assert verdict_top_k(JudgeSettings(constrain=constrain), engine) == asked
+    assert verdict_top_k(JudgeSettings(constrain=constrain, verdict_top_k=12), engine) == 12
+    engine.max_logprobs = 3
+    assert verdict_top_k(JudgeSettings(constrain=constrain), engine) == 3

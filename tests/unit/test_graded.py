@@ -73,7 +73,7 @@ async def test_judge_reads_label_probabilities_through_retries() -> None:
     history = group_from_json(body([GOOD])).history
     j = await judge.judge(history, "That must be frustrating.", parse(GOOD), JudgeMode.UNIFIED)
     asked = {c.params.logprobs for c in engine.calls}
-    assert len(engine.calls) == 5 and asked == {JudgeSettings().verdict_top_k}  # the retry asks too
+    assert len(engine.calls) == 5 and asked == {20}  # the retry asks too; unmasked logprobs: 20 by default
     assert [j.p_true(c) for c in ("step1", "step2", "step3")] == pytest.approx([0.8] * 3)
     assert j.preference_probs() == pytest.approx({Preference.FIRST: 0.2 / 3, Preference.SECOND: 0.8,
                                                   Preference.BOTH_GOOD: 0.2 / 3, Preference.NEITHER: 0.2 / 3})
