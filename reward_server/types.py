@@ -248,6 +248,7 @@ class InfoResponse:
     graded: bool = False  # graded rewards are served
     independent_rounds: bool = False  # each round judged from the conversation alone (JudgeSettings.independent_rounds)
     answer_prefix: bool = False  # each round's answer started for the engine (JudgeSettings.answer_prefix, if it can)
+    verdict_top_k: int = 0  # logprobs a token asked for graded rewards (judge.conversation.verdict_top_k); 0: not graded
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "adapter": self.adapter, "backend": self.backend,
@@ -255,7 +256,8 @@ class InfoResponse:
                 "default_mode": self.default_mode.value, "limits": self.limits.to_json(),
                 "sampling": self.sampling.to_json(), "version": self.version, "cache": self.cache,
                 "embedding_model": self.embedding_model, "graded": self.graded,
-                "independent_rounds": self.independent_rounds, "answer_prefix": self.answer_prefix}
+                "independent_rounds": self.independent_rounds, "answer_prefix": self.answer_prefix,
+                "verdict_top_k": self.verdict_top_k}
 
 
 # ---- dialogue scoring (POST /v1/dialogues:score, ScoreDialogue; the logic is reward_server/dialogue.py) ----

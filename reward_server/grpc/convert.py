@@ -234,7 +234,8 @@ def info_to_pb(info: InfoResponse) -> pb.InfoResponse:
                                            max_dialogue_turns=L.max_dialogue_turns, max_queries=L.max_queries),
                           sampling=_sampling_to_pb(info.sampling), version=info.version, cache=info.cache,
                           embedding_model=info.embedding_model, graded=info.graded,
-                          independent_rounds=info.independent_rounds, answer_prefix=info.answer_prefix)
+                          independent_rounds=info.independent_rounds, answer_prefix=info.answer_prefix,
+                          verdict_top_k=info.verdict_top_k)
     if info.adapter is not None:
         msg.adapter = info.adapter
     return msg
@@ -249,4 +250,5 @@ def info_from_pb(m: pb.InfoResponse) -> InfoResponse:
                                       L.max_timeout_ms, L.max_dialogue_turns, L.max_queries),
                         sampling=_sampling_from_pb(m.sampling), version=m.version, cache=m.cache,
                         embedding_model=m.embedding_model, graded=m.graded,
-                        independent_rounds=m.independent_rounds, answer_prefix=m.answer_prefix)
+                        independent_rounds=m.independent_rounds, answer_prefix=m.answer_prefix,
+                        verdict_top_k=m.verdict_top_k)

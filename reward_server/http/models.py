@@ -247,6 +247,9 @@ class InfoResponse(_Response):
     answer_prefix: bool = Field(default=False, description="each round's answer is started for the engine with "
                                                            "'Rationale:' (--answer-prefix, on an engine that takes "
                                                            "it), which decodes only the rest")
+    verdict_top_k: int = Field(default=0, description="the logprobs a token the judge asks the engine for, for graded "
+                                                      "rewards (--verdict-top-k, or 5 on vLLM's masked logprobs and "
+                                                      "20 elsewhere); 0 when not graded")
 
 
 class HealthStatus(_Response):

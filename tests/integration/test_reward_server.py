@@ -131,6 +131,8 @@ async def test_health_reflection_and_info(reward_server: RunningServer) -> None:
     async with RewardClient([reward_server.grpc_address]) as client:
         info = await client.info()
     assert info.backend == "vllm" and info.cache == "redis" and info.limits.max_candidates == 64
+    # vLLM's logprobs follow the verdict grammar's mask, so the judge asks it for 5 a token by default
+    assert info.graded and info.verdict_top_k == 5
     assert info.embedding_model == "sentence-transformers/all-MiniLM-L6-v2"
 
 

@@ -5,6 +5,7 @@ after it, the cache key and ``Info``. Engines are the FAKE ones (tests/fake_engi
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,23 @@ async def test_the_judge_asks_for_verdict_top_k_alternatives_and_keys_the_cache_
     assert keys[5] != keys[20]
     with pytest.raises(ValueError, match="verdict_top_k 21: expected 1..20"):
         JudgeSettings(verdict_top_k=21)
+
+
+async def test_info_says_how_many_logprobs_a_token_the_judge_asks_for_on_both_fronts() -> None:
+    """``Info.verdict_top_k``: what the engine is asked for (the setting, or the engine's default), the same over HTTP
+    and gRPC; 0 where no graded rewards are served."""
+    async def top_k(s: Any) -> tuple[int, int]:
+        http = (await s.http.get("/v1/info")).json()["verdict_top_k"]
+        return http, convert.info_from_pb(await s.stub.Info(reward_pb.InfoRequest())).verdict_top_k
+
+    async for s in make_service(logprobs=verdict_logprobs()):  # the fake engine's logprobs are unmasked
+        assert await top_k(s) == (20, 20)
+        await s.http.post("/v1/score", json=body([GOOD]))
+        assert {c.params.logprobs for c in s.engine.calls} == {20}
+    async for s in make_service(logprobs=verdict_logprobs(), verdict_top_k=7):
+        assert await top_k(s) == (7, 7)
+    async for s in make_service():  # no logprobs: no graded rewards
+        assert await top_k(s) == (0, 0)
 
 
 @pytest.mark.parametrize(("masked", "constrain", "regex", "asked"), [
