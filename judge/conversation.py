@@ -131,6 +131,11 @@ class Judge:
         return self.settings.verdict_probs and self.engine.supports_logprobs
 
     @property
+    def logprobs(self) -> int | None:
+        """The alternatives a token each round asks the engine for (:func:`verdict_top_k`); None when not graded."""
+        return verdict_top_k(self.settings, self.engine) if self.graded else None
+
+    @property
     def prefixed(self) -> bool:
         """Each round's answer is started for the engine (``answer_prefix`` on an engine that ``supports_prefix``)."""
         return answer_prefix(self.settings, self.engine) is not None
@@ -139,7 +144,7 @@ class Judge:
                 mode: JudgeMode) -> list[tuple[RoundPlan, GenParams]]:
         """Each round of a candidate with the sampling of its first attempt: what :meth:`judge` sends and
         :meth:`judgment_key` hashes (one source, so the key cannot leave out what the engine is sent)."""
-        top_k = verdict_top_k(self.settings, self.engine) if self.graded else None
+        top_k = self.logprobs
         return [(plan, round_params(self.settings, self.engine, plan.components, logprobs=top_k))
                 for plan in plan_rounds(self.template, self.taxonomy, mode, history, reference, parsed,
                                         independent=self.settings.independent_rounds)]

@@ -19,7 +19,7 @@ from cer.modes import JudgeMode
 from cer.reasoning import PARTS, RESPONSE_PART, ParsedOutput, parse, strip_tags
 from cer.redundancy import similarities
 from cer.taxonomy import load_taxonomy
-from judge.conversation import Judge, verdict_top_k
+from judge.conversation import Judge
 from judge.engines.base import Engine, EngineError
 from judge.protocol import COMPONENTS, REPLY, load_template
 from reward_server import __version__
@@ -134,7 +134,7 @@ class RewardCore:
                             embedding_model=self.embedder.model_id if self.embedder else "off", graded=self.graded,
                             independent_rounds=self.config.judge.independent_rounds,
                             answer_prefix=self.judge.prefixed,
-                            verdict_top_k=verdict_top_k(self.config.judge, self.judge.engine) if self.graded else 0)
+                            verdict_top_k=self.judge.logprobs or 0)
 
     # ---- scoring ------------------------------------------------------------------------------------------------
     def timeout_for(self, timeout_ms: int, transport_timeout_s: float | None) -> float:

@@ -137,7 +137,7 @@ def test_the_overlap_runs_keep_warmup_from_aside_before_replacing_their_run_fold
     phase = (GPU / "device_evidence.sh").read_text()
     phase = phase[phase.index("\noverlap)"):]
     phase = phase[:phase.index("\n  ;;")]
-    aside = phase.index('cp -r "$WARMUP_FROM"/warmup/adapter /tmp/warmup-from/warmup/')
+    aside = phase.index('reuse_warmup "$WARMUP_FROM" /tmp/warmup-from')
     assert aside < phase.index('rm -rf /tmp/run-"$arm"')
     assert re.search(r'from=\$\( \[ -n "\$\{WARMUP_FROM:-\}" \] && echo /tmp/warmup-from', phase)
 

@@ -238,8 +238,7 @@ overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call 
            --set gradient_checkpointing=true)
   fi
   if [ -n "${WARMUP_FROM:-}" ]; then  # kept aside first: WARMUP_FROM may be a run folder this call is about to replace
-    rm -rf /tmp/warmup-from && mkdir -p /tmp/warmup-from/warmup \
-      && cp -r "$WARMUP_FROM"/warmup/adapter /tmp/warmup-from/warmup/ \
+    rm -rf /tmp/warmup-from && reuse_warmup "$WARMUP_FROM" /tmp/warmup-from \
       || { echo "WARMUP_FROM=$WARMUP_FROM holds no warmup/adapter" >&2; exit 1; }
   fi
   # no result cache: the runs share one server, and same_step's rollouts are off's (same seed, same algorithm), so a
