@@ -86,7 +86,7 @@ def run_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: PreTra
         max_steps=cfg.sft_warmup_steps if cfg.sft_warmup_steps > 0 else -1,
         num_train_epochs=cfg.sft_warmup_epochs if cfg.sft_warmup_steps <= 0 else 1.0,
         learning_rate=cfg.sft_warmup_learning_rate,
-        per_device_train_batch_size=min(4, len(dataset)),
+        per_device_train_batch_size=min(cfg.sft_warmup_batch_size, len(dataset)),
         gradient_accumulation_steps=1,
         bf16=cfg.bf16,
         gradient_checkpointing=cfg.gradient_checkpointing,

@@ -49,6 +49,7 @@ def test_gpu_paper_profile_has_paper_values_and_requires_a_policy() -> None:
     ({"redundancy_alpha": -1.0}, "paper uses 0.5"),
     ({"sft_warmup_steps": -1}, "0 turns the SFT warm-up off"),
     ({"sft_warmup_epochs": -1.0}, "sft_warmup_epochs must be >= 0"),
+    ({"sft_warmup_batch_size": 0}, "sft_warmup_batch_size 0: expected >= 1"),
     ({"sft_warmup_steps": 5, "sft_warmup_epochs": 1.0}, "set one of them"),
     ({"log_completions": True}, "sensitive"),
     ({"bf16": True}, "bf16: false"),

@@ -91,14 +91,14 @@ def test_warmup_by_epochs_runs_the_whole_set_and_measures_the_targets(tiny_polic
     from policy_trainer.warmup import run_warmup, warmup_adapter_path
 
     out = tmp_path / "epochs"
-    cfg = _config(tiny_policy, out, sft_warmup_epochs=1.0, max_completion_length=96)
+    cfg = _config(tiny_policy, out, sft_warmup_epochs=1.0, sft_warmup_batch_size=3, max_completion_length=96)
     model, tokenizer, _ = load_policy(cfg)
     run_warmup(cfg, model, tokenizer, out, lora_config(cfg))
     stats = json.loads((out / "warmup" / "stats.json").read_text())
     assert stats["steps"] is None and stats["epochs"] == 1.0 and stats["rows"] == stats["targets"] > 0
     assert stats["tokens_p50"] <= stats["tokens_p95"] <= stats["tokens_max"]
     assert 0.0 <= stats["over_completion_limit_share"] <= 1.0
-    assert stats["steps_trained"] == -(-stats["rows"] // 4)  # one pass over the set in batches of 4
+    assert stats["steps_trained"] == -(-stats["rows"] // 3)  # one pass over the set in batches of sft_warmup_batch_size
     assert stats["rows_prompt_over_max_length"] == stats["rows_cut_at_max_length"] == 0
     assert 0 < stats["rows_longest"] <= stats["max_length"] == cfg.sft_warmup_max_length
     assert (warmup_adapter_path(out) / "adapter_config.json").is_file()
