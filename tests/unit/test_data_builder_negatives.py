@@ -301,3 +301,19 @@ def test_judge_contrast_reports_every_kind_of_the_groups(corpus: tuple[list[dict
     assert set(s["kinds"]) == kinds >= {"stage_mismatch", *HACK_KINDS}
     table = render_markdown({"judges": {"t": {"gold": {"discrete": s, "graded": s}}}})
     assert all(f"| {k} |" in table for k in kinds)
+
+
+def test_committed_policy_negatives_load_and_grpo_rounds_hold_train_prompts_only() -> None:
+    """The packaged policy-made negatives (data_builder/data/README.md) load as records of known kinds and rules; the
+    GRPO rounds' files came from training prompts, so a valid dialogue in them would leak into judge training."""
+    folder = Path(__file__).resolve().parents[2] / "data_builder" / "data"
+    files = sorted(folder.glob("policy_negatives*.jsonl"))
+    assert {f.name for f in files} >= {"policy_negatives.jsonl", "policy_negatives_grpo_round2.jsonl",
+                                      "policy_negatives_grpo_round3.jsonl"}
+    for f in files:
+        pool = PolicyPool.load([f])
+        assert pool.records and set(pool.by_kind) <= {"degenerate", "generic", "echo", "dismissive"}, f.name
+        assert all(r["text"].strip() and r["rule"] for r in pool.records), f.name
+        if "grpo" in f.name:
+            assert {r["split"] for r in pool.records} == {"train"}, f.name
+    assert len(PolicyPool.load([folder / "policy_negatives_grpo_round3.jsonl"]).records) == 1525

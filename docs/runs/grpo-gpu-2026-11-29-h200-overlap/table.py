@@ -3,6 +3,9 @@
 
     python docs/runs/grpo-gpu-2026-11-29-h200-overlap/table.py
     python docs/runs/grpo-gpu-2026-11-29-h200-overlap/table.py docs/runs/grpo-gpu-2026-11-29-h200-overlap-max_tokens
+    python docs/runs/grpo-gpu-2026-11-29-h200-overlap/table.py docs/runs/grpo-gpu-2026-11-29-h200-one-epoch-256/seed0
+
+A folder with a ``plots-logs.tar.xz`` of its own is read alone (one call's runs).
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ KEYS = ("step_time", "compeer/reward_wait_s", "compeer/reward_call_latency_s", "
 
 
 def arms(folder: Path) -> dict[str, list[dict[str, float]]]:
-    """arm -> its logged steps (rows with a step time), from every archive under ``folder``."""
+    """arm -> its logged steps (rows with a step time), from ``folder``'s archive or every archive under it."""
     out: dict[str, list[dict[str, float]]] = {}
-    for archive in sorted(folder.glob("*/plots-logs.tar.xz")):
+    own = folder / "plots-logs.tar.xz"
+    for archive in [own] if own.is_file() else sorted(folder.glob("*/plots-logs.tar.xz")):
         with tarfile.open(archive) as tar:
             for name in tar.getnames():
                 if name.startswith("metrics-") and name.endswith(".jsonl"):

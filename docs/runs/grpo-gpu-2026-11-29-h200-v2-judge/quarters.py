@@ -4,13 +4,19 @@ and a two-sided permutation p of that difference (steps shuffled between the two
 then the marks of completions.jsonl.xz as logged and, where the repository is importable (run from its root:
 python3 docs/runs/grpo-gpu-2026-11-29-h200-v2-judge/quarters.py), as the degenerate-reply rule reads them since the
 cut-off check comes first (the logged lines marked stage_label or judge_wording read again; the other rules, which
-look at the conversation, are unchanged and come after it)."""
+look at the conversation, are unchanged and come after it).
+
+Another run's folder as the argument reads that run instead: its metrics.jsonl, or the metrics-*.jsonl inside its
+plots-logs.tar.xz (what tools/gpu/device_evidence.sh overlap returns), and its completions.jsonl.xz or
+completions-*.jsonl.xz."""
 
 from __future__ import annotations
 
 import json
 import lzma
 import random
+import sys
+import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -45,15 +51,26 @@ def count(marks: Iterable[str | None]) -> dict[str, int]:
     return kinds
 
 
+def metrics_text(run: Path) -> str:
+    if (run / "metrics.jsonl").is_file():
+        return (run / "metrics.jsonl").read_text()
+    with tarfile.open(run / "plots-logs.tar.xz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.startswith("metrics") and m.name.endswith(".jsonl"))
+        fh = tar.extractfile(member)
+        assert fh is not None
+        return fh.read().decode()
+
+
 def main() -> None:
-    rows = [json.loads(line) for line in (HERE / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    run = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    rows = [json.loads(line) for line in metrics_text(run).splitlines() if line.strip()]
     k = len(rows) // 4
     out = {"steps": len(rows), "quarter_steps": k, "rows": {}}
     for name, key in KEYS.items():
         first, last = [r[key] for r in rows[:k]], [r[key] for r in rows[-k:]]
         out["rows"][name] = {"first": mean(first), "last": mean(last), "whole": mean([r[key] for r in rows]),
                              "diff": mean(last) - mean(first), "p": permutation_p(first, last)}
-    with lzma.open(HERE / "completions.jsonl.xz", "rt", encoding="utf-8") as fh:
+    with lzma.open(next(run.glob("completions*.jsonl.xz")), "rt", encoding="utf-8") as fh:
         lines = [json.loads(line) for line in fh if line.strip()]
     out["completions"] = {"n": len(lines), "per_step": len(lines) // len(rows), "marks": count(c["mark"] for c in lines)}
     try:
