@@ -33,8 +33,9 @@ included). Agreement: per component, the share of candidates whose verdict is th
 
 ``--backend transformers`` runs the paths on the transformers engine instead (no prefix cache to reset, no launch
 floor): for ``top5``'s probability gap where the logprobs are the model's unmasked distribution.
-``--rationale-bound`` picks the engine's bound and ``--structured-outputs-backend`` its mask library (one of each a
-run: both are the engine's); ``--baseline`` takes the JSON
+``--rationale-bound`` picks the engine's bound, ``--structured-outputs-backend`` its mask library and
+``--max-num-batched-tokens`` its scheduler's tokens a step (one of each a run: all are the engine's); ``--baseline``
+takes the JSON
 of an earlier run on the same rounds (every candidate's verdicts are in it) and adds each path's agreement with that
 run's sequential path: e.g. ``max_tokens`` against ``counted``. ``--launch-bound`` (the default on
 ``cuda``) measures, after the paths and on the same engine, the launch floor of
@@ -138,7 +139,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     paths = ("sequential", *args.compare)
     base, adapter = JUDGES[args.judge]
     bound = {"rationale_bound": args.rationale_bound} if args.rationale_bound else {}
-    vllm = VllmSettings(structured_outputs_backend=args.structured_outputs_backend)
+    vllm = VllmSettings(structured_outputs_backend=args.structured_outputs_backend,
+                        max_num_batched_tokens=args.max_num_batched_tokens)
     config = resolve_engine(EngineConfig(backend=args.backend, dtype=args.dtype, device=args.device,
                                          max_model_len=4096, vllm=vllm, **bound), base, adapter)
     engine = build_engine(config)
@@ -201,6 +203,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             figures[p]["floor_multiple"] = floor_multiple(step_s, step_pos, floor["ms_per_position"])
     return {"model": config.model_id, "adapter": config.adapter_id, "dtype": args.dtype, "start_s": start_s,
             "rationale_bound": config.bound, "structured_outputs_backend": args.structured_outputs_backend,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
             "candidates_per_set": sum(len(g["candidates"]) for g in sets[0]), "paths": figures,
             "launch_bound": floor,
             "agreement": {p: agreement(rows["sequential"], rows[p]) for p in paths[1:]},
@@ -263,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the engine's rationale bound (default: the engine's default)")
     p.add_argument("--structured-outputs-backend", choices=STRUCTURED_OUTPUTS_BACKENDS, default="auto",
                    help="the library vLLM computes the verdict masks with (the server's flag)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="vLLM's tokens a scheduler step (the server's flag; default: vLLM's, 2,048 for an AsyncLLM)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="an earlier run's JSON on the same rounds: each path's agreement with its sequential verdicts")
     p.add_argument("--launch-bound", action=argparse.BooleanOptionalAction, default=None,

@@ -58,6 +58,10 @@ class VllmSettings:
         True, flag="--no-prefix-caching", help="prefix caching (the judge rounds and a group's candidates share prefixes)")
     block_size: int | None = setting(None, help="KV block size in tokens (none: 32 on CPU, vLLM's on GPU)")
     max_lora_rank: int = setting(64, help="the largest LoRA rank an adapter may have")
+    max_num_batched_tokens: int | None = setting(
+        None, help="tokens vLLM's scheduler puts in one engine step (prefill chunks and decodes together); none: "
+                   "vLLM's default for an AsyncLLM, 2,048 (its LLM class takes 16,384 on an H100/H200). A GRPO step's "
+                   "32 candidates prefill their rounds' new prompt tokens in chunks of it")
     structured_outputs_backend: str = setting(
         "auto", choices=STRUCTURED_OUTPUTS_BACKENDS,
         help="the library vLLM computes the verdict masks with (auto: vLLM's choice, xgrammar for a regex; guidance: "
@@ -81,6 +85,9 @@ class VllmSettings:
                              f"{', '.join(STRUCTURED_OUTPUTS_BACKENDS)}")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size {self.block_size}: expected >= 1 tokens")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens {self.max_num_batched_tokens}: expected >= 1 tokens a step "
+                             "(or none for vLLM's default)")
 
 
 @dataclass(frozen=True)

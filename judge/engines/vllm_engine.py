@@ -115,6 +115,8 @@ class VllmEngine(Engine):
             "max_lora_rank": v.max_lora_rank, "disable_log_stats": True,
             "kv_cache_memory_bytes": None if kv_gib is None else int(kv_gib * (1 << 30)),
         }
+        if v.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = v.max_num_batched_tokens
         if c.bound == "line":
             kwargs["logits_processors"] = [PROCESSOR]
         if v.structured_outputs_backend != "auto":

@@ -106,7 +106,7 @@ def test_nothing_else_changes_the_key() -> None:
     same = [
         key(server={"grpc_port": 1, "http_port": 2, "cache_ttl_s": 5.0, "default_timeout_s": 3.0,
                     "max_in_flight_groups": 2, "limits": Limits(max_candidates=3)}),
-        key(engine={"max_model_len": 8192, "vllm": VllmSettings(gpu_memory_utilization=0.5)}),
+        key(engine={"max_model_len": 8192, "vllm": VllmSettings(gpu_memory_utilization=0.5, max_num_batched_tokens=16384)}),
         # text the judge is not shown differently: whitespace in the history and around the candidate's tags
         key(history=[Turn(t.role, f"  {t.text.replace(' ', '  ')} ") for t in REQUEST["history"]]),
         key(candidate=GOOD.replace("</analysis><emotion>", "</analysis>\n\n<emotion>")),

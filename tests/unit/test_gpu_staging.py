@@ -181,3 +181,11 @@ def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_fir
     last = (tmp_path / "calls.txt").read_text().splitlines()[-1]
     assert "--structured-outputs-backend guidance" in last and "--baseline" in last
     assert (out / "judge_rounds-counted-guidance.json").is_file()
+    assert "--max-num-batched-tokens" not in (tmp_path / "calls.txt").read_text()
+    # the line bound with a larger scheduler step (MNBT): its own name, compared with the line run (BASELINE)
+    subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rounds"], env={**env, "BOUNDS": "line", "MNBT": "16384",
+                                                                        "BASELINE": "line"},
+                   cwd=tree, capture_output=True, timeout=60, check=True)
+    last = (tmp_path / "calls.txt").read_text().splitlines()[-1]
+    assert "--max-num-batched-tokens 16384" in last and f"--baseline {stage}/rounds/judge_rounds-line.json" in last
+    assert (out / "judge_rounds-line-mnbt16384.json").is_file()

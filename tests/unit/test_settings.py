@@ -96,6 +96,11 @@ def test_bad_values_are_refused_naming_the_setting(clean_env: pytest.MonkeyPatch
         config_from_args(make_parser().parse_args(["serve", "--log-level", "loud"]))
     with pytest.raises(ValueError, match="gpu_memory_utilization 1.5"):
         EngineConfig(vllm=VllmSettings(gpu_memory_utilization=1.5))
+    assert config_from_args(make_parser().parse_args(["serve"])).engine.vllm.max_num_batched_tokens is None
+    parsed = config_from_args(make_parser().parse_args(["serve", "--max-num-batched-tokens", "16384"]))
+    assert parsed.engine.vllm.max_num_batched_tokens == 16384
+    with pytest.raises(ValueError, match="max_num_batched_tokens 0: expected >= 1"):
+        config_from_args(make_parser().parse_args(["serve", "--max-num-batched-tokens", "0"]))
 
 
 def test_one_rationale_bound_for_every_backend_and_its_deprecated_alias(clean_env: pytest.MonkeyPatch,

@@ -223,13 +223,15 @@ async def test_the_guidance_backend_constrains_the_counted_bound_on_the_real_vll
     regex accepts; the engine's identity names the backend."""
     from judge.engines.vllm_engine import VllmEngine
 
-    settings = VllmSettings(kv_cache_gib=0.5, structured_outputs_backend="guidance")
+    # and the scheduler's step budget reaches it too (an AsyncLLM's own default is 2,048)
+    settings = VllmSettings(kv_cache_gib=0.5, structured_outputs_backend="guidance", max_num_batched_tokens=4096)
     engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
                                      rationale_bound="counted", vllm=settings))
     assert engine.identity()["structured_outputs_backend"] == "guidance"
     await engine.start()
     try:
         assert engine._llm.vllm_config.structured_outputs_config.backend == "guidance"
+        assert engine._llm.vllm_config.scheduler_config.max_num_batched_tokens == 4096
         chat = [{"role": "user", "content": "Explain at length why people feel lonely after moving to a new city."}]
         components = [("step1",), ("preference",)]
         done = await asyncio.gather(*(

@@ -140,7 +140,8 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
   # GRPO steps each (default 5). Each run's JSON and log go to $OUT as judge_rounds-<bound>.{json,log} and the JSON is also kept in
   # $S/rounds (while the machine stays warm), so that every other bound's run, in this call or a later one, is
   # compared with the BASELINE run's verdicts (default counted, vLLM's auto: --baseline). SO_BACKEND (auto,
-  # xgrammar, guidance) picks vLLM's mask library for this call's runs; a run's name is then <bound>-<backend>
+  # xgrammar, guidance) picks vLLM's mask library for this call's runs; a run's name is then <bound>-<backend>; MNBT
+  # (tokens) sets vLLM's max_num_batched_tokens for this call's runs, named <bound>[-<backend>]-mnbt<MNBT>
   T0=${CALL_T0:-$(date +%s)} R="$S"/rounds base=${BASELINE:-counted}
   mkdir -p "$R"
   [ -f .gpu-esconv/valid.json.xz ] || [ -f "$S"/esconv-valid.json ] \
@@ -149,12 +150,13 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
   bounds=(${BOUNDS:-counted max_tokens line})
   for i in "${!bounds[@]}"; do
     b=${bounds[$i]} left=$(( ${CALL_BUDGET_S:-580} - ($(date +%s) - T0) ))
-    name=$b${SO_BACKEND:+-$SO_BACKEND} against=()
+    name=$b${SO_BACKEND:+-$SO_BACKEND}${MNBT:+-mnbt$MNBT} against=() more=()
+    [ -n "${MNBT:-}" ] && more=(--max-num-batched-tokens "$MNBT")
     [ "$name" != "$base" ] && [ -f "$R"/judge_rounds-"$base".json ] && against=(--baseline "$R"/judge_rounds-"$base".json)
     rm -f bench/results/judge_rounds*_cuda.json
     timeout $(( left / (${#bounds[@]} - i) )) python3 -m bench.judge_rounds --compare "${COMPARE:-prefix,discrete,top5}" --device cuda \
       --dtype bfloat16 --sets "${SETS:-5}" --data "$S"/esconv-valid.json --rationale-bound "$b" \
-      --structured-outputs-backend "${SO_BACKEND:-auto}" "${against[@]}" > "$OUT"/judge_rounds-"$name".log 2>&1
+      --structured-outputs-backend "${SO_BACKEND:-auto}" "${more[@]}" "${against[@]}" > "$OUT"/judge_rounds-"$name".log 2>&1
     echo "$name: exit $?${against:+ (against the $base run)}"
     for f in bench/results/judge_rounds*_cuda.json; do
       [ -f "$f" ] && cp "$f" "$R"/judge_rounds-"$name".json && mv "$f" "$OUT"/judge_rounds-"$name".json
