@@ -63,6 +63,10 @@ ARM_BY_NAME = {a.name: a for a in ARMS}
 BASE_POLICY = "base"
 #: ``independent_scorer`` values: the bare base of the device's default judge; not run
 JUDGE_BASE, NO_SCORER = "judge-base", "none"
+#: ``judge_backend`` / ``generation`` values
+ENGINES = ("transformers", "vllm")
+#: TRL's colocated vLLM runs under torch.distributed's one-process launch; arms running at once need their own port
+MASTER_PORT_BASE = 29500
 
 
 def _help(text: str) -> dict[str, str]:
@@ -91,7 +95,20 @@ class LoopSettings:
     warmup_learning_rate: float = field(default=3.0e-4, metadata=_help("SFT warm-up learning rate"))
     save_steps: int = field(default=5, metadata=_help("checkpoint every N GRPO steps (what a resumed arm loses)"))
     grpo_sets: list[str] = field(default_factory=list, metadata=_help("extra KEY=VALUE overrides for every GRPO arm"))
-    static_cache: bool = field(default=True, metadata=_help("reward servers with --static-cache (GPU only)"))
+    static_cache: bool = field(default=True, metadata=_help(
+        "reward servers with --static-cache (GPU, transformers engine only)"))
+    judge_backend: str = field(default="transformers", metadata=_help(
+        "the reward servers' engine: `transformers` (the loop's figures so far) or `vllm` (the serving default on a "
+        "GPU; on cuda with the CUDA image's `line` rationale bound; needs vLLM importable)"))
+    judge_gpu_memory: float = field(default=0.12, metadata=_help(
+        "judge_backend vllm on cuda: each reward server's --gpu-memory-utilization (up to four 1.5B judges share the "
+        "first card: 0.12 of an H200 is 17 GB each, the weights 3.1 GB of it)"))
+    generation: str = field(default="transformers", metadata=_help(
+        "how the GRPO arms generate: `transformers` (the figures so far) or `vllm`, TRL's colocated vLLM (~2 s a step "
+        "against ~16-22 s on an H200, docs/policy_trainer.md); with vllm the arms train with gradient checkpointing "
+        "(ESConv conversations x 32 completions ran a policy out of memory without it beside a judge)"))
+    policy_vllm_memory: float = field(default=0.2, metadata=_help(
+        "generation vllm: each arm's vllm_gpu_memory_utilization (the share of its card TRL's vLLM takes)"))
     embedding_model: str = field(default="default", metadata=_help("reward servers' --embedding-model"))
     prm_adapter: str | None = field(default=None, metadata=_help("PRM judge adapter folder (arm f)"))
     orm_adapter: str | None = field(default=None, metadata=_help("ORM judge adapter folder (arm f)"))
@@ -156,6 +173,12 @@ class LoopSettings:
                              "adapter: the independent scorer must not be the judge an arm trains against")
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device {self.device!r}: expected cuda or cpu")
+        for name in ("judge_backend", "generation"):
+            if getattr(self, name) not in ENGINES:
+                raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(ENGINES)}")
+        for name in ("judge_gpu_memory", "policy_vllm_memory"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise ValueError(f"{name} {getattr(self, name)}: expected a fraction of the card in (0, 1)")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,11 +207,13 @@ def judge_servers(s: LoopSettings) -> dict[str, JudgeServer]:
 
 def server_argv(j: JudgeServer, s: LoopSettings, log_level: str = "INFO") -> list[str]:
     """``compeer-reward serve`` for one judge (transformers engine, in-memory result cache)."""
-    argv = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", "transformers", "--model", "default",
+    argv = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", s.judge_backend, "--model", "default",
             "--adapter", j.adapter, "--device", s.device, "--embedding-model", s.embedding_model,
             "--cache", "memory", "--host", "127.0.0.1", "--grpc-port", str(j.grpc_port),
             "--http-port", str(j.http_port), "--log-level", log_level]
-    if s.static_cache and s.device == "cuda":
+    if s.device == "cuda" and s.judge_backend == "vllm":  # the CUDA image's bound for the 1.5B judge
+        argv += ["--rationale-bound", "line", "--gpu-memory-utilization", str(s.judge_gpu_memory)]
+    elif s.static_cache and s.device == "cuda":
         argv.append("--static-cache")
     return argv
 
@@ -215,7 +240,9 @@ def grpo_overrides(s: LoopSettings, arm: Arm, prompts: Path) -> list[str]:
         "sft_warmup_learning_rate": s.warmup_learning_rate, "save_strategy": "steps", "save_steps": s.save_steps,
         "disable_tqdm": True}
     if s.device == "cuda":
-        values["gradient_checkpointing"] = False
+        values["gradient_checkpointing"] = s.generation == "vllm"
+    if s.generation == "vllm":
+        values.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=s.policy_vllm_memory)
     out = [f"{k}={_yaml(v)}" for k, v in values.items()]
     return out + list(s.grpo_sets)
 
@@ -233,6 +260,15 @@ def grpo_argv(arm: Arm, s: LoopSettings, root: Path, servers: dict[str, JudgeSer
     if resume:
         argv.append("--resume")
     return argv
+
+
+def arm_env(arm: Arm, s: LoopSettings) -> dict[str, str]:
+    """The environment a GRPO arm needs beyond its card: with ``generation`` vllm, torch.distributed's one-process
+    launch for TRL's colocated vLLM, on a port of the arm's own (arms train at once)."""
+    if s.generation != "vllm":
+        return {}
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(MASTER_PORT_BASE + [a.name for a in ARMS].index(arm.name))}
 
 
 def warmup_argv(s: LoopSettings, root: Path) -> list[str]:

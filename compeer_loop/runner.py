@@ -46,6 +46,7 @@ from compeer_loop.plan import (
     Arm,
     JudgeServer,
     LoopSettings,
+    arm_env,
     arm_missing_inputs,
     grpo_argv,
     judge_servers,
@@ -213,7 +214,7 @@ class Driver:
         # arms may share a GPU: the expandable allocator wastes less memory in half-used blocks (an OOM beside another
         # arm showed 5.6 GB reserved but unallocated); allocation only, no effect on the numbers
         env = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
-               **card_env(card)}
+               **card_env(card), **arm_env(arm, self.s)}
         return self._spawn(arm.name, grpo_argv(arm, self.s, self.root, self.servers, resume), out / "pid", env)
 
     def _start(self, arm: Arm, running: set[str]) -> Job | None:

@@ -16,7 +16,7 @@ import torch
 
 from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
-from compeer_loop.plan import ARM_BY_NAME, LoopSettings, grpo_argv, judge_servers
+from compeer_loop.plan import ARM_BY_NAME, LoopSettings, arm_env, grpo_argv, judge_servers, server_argv
 from compeer_loop.report import conclusion, goals
 from compeer_loop.stats import bootstrap, disjoint
 from policy_trainer.config import load_config, parse_override
@@ -49,6 +49,41 @@ def test_arms_share_the_trained_judge_and_differ_only_in_judge_and_reweighting(t
     # every arm's overrides build a valid trainer config (what `compeer-train grpo` will be given)
     cfg = load_config("cpu-smoke", {**sets["f"], "output_dir": str(tmp_path), "reward_server": [addr["f"]]})
     assert cfg.orm_reward_server == [servers["orm"].address]
+
+
+def test_vllm_generation_and_judges_are_opt_in_and_reach_the_trainer_and_the_server(tmp_path: Path) -> None:
+    """``generation: vllm`` gives every GRPO arm TRL's colocated vLLM (with gradient checkpointing and a
+    torch.distributed port of its own); ``judge_backend: vllm`` serves the judges on vLLM with the CUDA image's line
+    bound and a share of the card each. The defaults keep the transformers paths the loop's figures were made with."""
+    from reward_server.cli import config_from_args, make_parser
+
+    old = LoopSettings(prompts=str(tmp_path))
+    servers = judge_servers(old)
+    old_sets = _sets(grpo_argv(ARM_BY_NAME["c"], old, tmp_path, servers, resume=False))
+    assert "use_vllm" not in old_sets and old_sets["gradient_checkpointing"] is False
+    assert arm_env(ARM_BY_NAME["c"], old) == {}
+    old_server = server_argv(servers["trained"], old)
+    assert old_server[old_server.index("--backend") + 1] == "transformers" and "--static-cache" in old_server
+
+    s = LoopSettings(prompts=str(tmp_path), generation="vllm", judge_backend="vllm", policy_vllm_memory=0.25)
+    sets = {a: _sets(grpo_argv(ARM_BY_NAME[a], s, tmp_path, servers, resume=False)) for a in "bc"}
+    for a in "bc":
+        assert sets[a]["use_vllm"] is True and sets[a]["vllm_mode"] == "colocate"
+        assert sets[a]["vllm_gpu_memory_utilization"] == 0.25 and sets[a]["gradient_checkpointing"] is True
+    cfg = load_config("cpu-smoke", {**sets["c"], "output_dir": str(tmp_path), "reward_server": ["127.0.0.1:1"]})
+    assert cfg.use_vllm and cfg.vllm_mode == "colocate"
+    ports = {a: arm_env(ARM_BY_NAME[a], s)["MASTER_PORT"] for a in "bcdef"}
+    assert len(set(ports.values())) == 5 and arm_env(ARM_BY_NAME["c"], s)["WORLD_SIZE"] == "1"
+    argv = server_argv(servers["trained"], s)
+    assert "--static-cache" not in argv
+    served = config_from_args(make_parser().parse_args(argv[3:]))  # the server's own parser reads the flags
+    assert served.engine.backend == "vllm" and served.engine.rationale_bound == "line"
+    assert served.engine.vllm.gpu_memory_utilization == 0.12
+    for bad, message in (({"generation": "sglang"}, "generation 'sglang'"),
+                         ({"judge_backend": "openai"}, "judge_backend 'openai'"),
+                         ({"policy_vllm_memory": 1.0}, "policy_vllm_memory 1.0")):
+        with pytest.raises(ValueError, match=message):
+            LoopSettings(prompts=str(tmp_path), **bad)
 
 
 def test_settings_reject_unknown_arms_and_zero_steps() -> None:
@@ -213,6 +248,39 @@ def test_the_driver_resumes_a_killed_arm_from_its_checkpoint_and_skips_finished_
     runner.Driver(root, s).run(evaluate=False)
     assert time.monotonic() - t0 < 10
     assert len((root / "calls.log").read_text().split()) == 6
+
+
+_FAKE_ARM_PORT = """
+import os, pathlib, sys
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+with (out.parent / "ports.log").open("a") as fh:
+    fh.write(out.name + " " + os.environ.get("MASTER_PORT", "-") + " " + os.environ.get("WORLD_SIZE", "-") + "\\n")
+(out / "final").mkdir(parents=True)
+(out / "final" / "adapter_config.json").write_text("{}")
+"""
+
+
+def test_the_driver_gives_each_vllm_generating_arm_its_own_distributed_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``generation: vllm`` the launched arm processes get torch.distributed's one-process launch, each on a port
+    of its own (two arms train at once on one card)."""
+    from compeer_loop import runner
+
+    root = tmp_path / "loop"
+    root.mkdir()
+    s = LoopSettings(prompts=str(tmp_path), arms=["a", "c", "e"], eval_policies=[], generation="vllm")
+    (root / "plan.json").write_text(json.dumps(s.to_json()))
+    monkeypatch.setattr(runner, "POLL_S", 0.05)
+    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
+    monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
+    monkeypatch.setattr(runner, "verify_arm", lambda *args: {})
+    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
+        sys.executable, "-c", _FAKE_ARM_PORT, "--out", str(root / arm.name)])
+    state = runner.Driver(root, s).run(evaluate=False)
+    assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "c": "done", "e": "done"}
+    ports = dict(line.split(" ", 1) for line in (root / "ports.log").read_text().splitlines())
+    assert ports == {a: f"{arm_env(ARM_BY_NAME[a], s)['MASTER_PORT']} 1" for a in "ce"} and ports["c"] != ports["e"]
 
 
 _FAKE_ARM_SLOW = """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -104,6 +105,22 @@ def test_a_call_budget_counts_from_the_calls_start(tmp_path: Path) -> None:
     finally:
         driver.kill()
         driver.wait()
+
+
+@pytest.mark.skipif(Path("/tmp/vsite/.compeer-vllm").exists(), reason="vLLM is staged on this machine")
+def test_a_loop_planned_on_vllm_does_not_start_without_the_staged_vllm(tmp_path: Path) -> None:
+    """`compeer_loop.sh resume` of a plan whose arms generate on vLLM (VLLM=1 on `start`) stops before the driver
+    starts when vLLM is not staged in /tmp/vsite, naming the staging step."""
+    root = tmp_path / "loop"
+    root.mkdir()
+    (root / "plan.json").write_text(json.dumps({"generation": "vllm", "judge_backend": "transformers"}))
+    env = {**os.environ, "LOOP_ROOT": str(root), "LOOP_DATA": str(tmp_path / "data"), "PY": sys.executable,
+           "CALL_BUDGET_S": "1"}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(GPU / "compeer_loop.sh"), "resume"], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=GPU.parents[1], check=False)
+    assert done.returncode == 1 and "vllm_judge.sh install" in done.stderr
+    assert not (root / "driver.pid").exists()
 
 
 def test_the_overlap_runs_share_a_judge_server_without_a_result_cache() -> None:

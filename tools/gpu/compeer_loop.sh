@@ -11,7 +11,9 @@
 #   install  carry .gpu-policy/c1                  wheels into /tmp/site, GGUF part 00
 #   stage    carry .gpu-policy/c2 and .gpu-loop    GGUF parts 01-02, the prompt sets
 #   start    carry .gpu-policy/c3                  MiniLM + GGUF part 03; GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
-#                                                  plan (STEPS, ARMS, LOOP_ARGS) and starts the driver in the
+#                                                  plan (STEPS, ARMS, LOOP_ARGS; VLLM=1: the arms generate with
+#                                                  TRL's colocated vLLM and the judges serve on vLLM, after
+#                                                  tools/gpu/vllm_judge.sh install with every .gpu-vllm part) and starts the driver in the
 #                                                  background (setsid): reward servers, warm-up, the GRPO arms
 #                                                  (max_concurrent_arms at once), evaluation; then waits like `wait`
 #   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
@@ -55,8 +57,16 @@ T_CALL=${CALL_T0:-$(date +%s)}
 
 driver_alive() { [ -f $L/driver.pid ] && kill -0 "$(cat $L/driver.pid)" 2>/dev/null; }
 
+vllm_path() {  # a plan with `generation` or `judge_backend` vllm (VLLM=1 on `start`): vLLM from /tmp/vsite first
+  grep -q '"vllm"' $L/plan.json 2>/dev/null || return 0
+  [ -f /tmp/vsite/.compeer-vllm ] || { echo "the plan generates or judges on vLLM, which is not installed in /tmp/vsite: \
+run tools/gpu/vllm_judge.sh install with each .gpu-vllm/pK first (docs/gpu.md)" >&2; return 1; }
+  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+}
+
 start_driver() {
   driver_alive && { echo "driver already running (pid $(cat $L/driver.pid))"; return 0; }
+  vllm_path || return 1
   setsid nohup $LOOP run --root $L >> $L/driver.log 2>&1 < /dev/null &
   echo $! > $L/driver.pid
   echo "driver started (pid $!)"
@@ -233,9 +243,10 @@ start)
   fi
   ARGS=(--root $L --prompts $D --steps "${STEPS:-30}" --embedding-model "$S"/minilm-q8)
   [ -n "${ARMS:-}" ] && ARGS+=(--arms $ARMS)
+  [ "${VLLM:-0}" = 1 ] && ARGS+=(--generation vllm --judge-backend vllm)  # TRL's colocated vLLM, vLLM judges
   [ -n "${PRM_ADAPTER:-}" ] && ARGS+=(--prm-adapter "$PRM_ADAPTER" --orm-adapter "${ORM_ADAPTER:?ORM_ADAPTER too}")
   $LOOP plan "${ARGS[@]}" ${LOOP_ARGS:-} > $L/plan.out || { cat $L/plan.out; exit 1; }
-  start_driver
+  start_driver || exit 1
   sleep 5
   wait_driver
   ;;
@@ -243,7 +254,7 @@ wait)
   wait_driver
   ;;
 resume)
-  start_driver
+  start_driver || exit 1
   sleep 5
   wait_driver
   ;;
