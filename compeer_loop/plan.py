@@ -206,7 +206,7 @@ def judge_servers(s: LoopSettings) -> dict[str, JudgeServer]:
 
 
 def server_argv(j: JudgeServer, s: LoopSettings, log_level: str = "INFO") -> list[str]:
-    """``compeer-reward serve`` for one judge (transformers engine, in-memory result cache)."""
+    """``compeer-reward serve`` for one judge (the plan's ``judge_backend``, in-memory result cache)."""
     argv = [sys.executable, "-m", "reward_server.cli", "serve", "--backend", s.judge_backend, "--model", "default",
             "--adapter", j.adapter, "--device", s.device, "--embedding-model", s.embedding_model,
             "--cache", "memory", "--host", "127.0.0.1", "--grpc-port", str(j.grpc_port),
