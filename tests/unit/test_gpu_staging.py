@@ -208,3 +208,29 @@ def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_fir
     last = (tmp_path / "calls.txt").read_text().splitlines()[-1]
     assert "--max-num-batched-tokens 16384" in last and f"--baseline {stage}/rounds/judge_rounds-line.json" in last
     assert (out / "judge_rounds-line-mnbt16384.json").is_file()
+
+
+def test_a_carry_part_fits_beside_the_tree_that_travels(tmp_path: Path) -> None:
+    """``carry.sh``'s part size is a call's 64 MiB less the tree that travels (tracked files and untracked ones git
+    does not ignore, not ignored ones) and 2 MiB: four fixed GGUF parts stopped fitting once the tree grew to 43 MiB
+    (2026-11-29), and the GPU side refused the call."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("ignored.bin\n")
+    (tmp_path / "tracked.bin").write_bytes(b"x" * 3_000_000)
+    (tmp_path / "untracked.bin").write_bytes(b"y" * 1_000_000)
+    (tmp_path / "ignored.bin").write_bytes(b"z" * 9_000_000)
+    git("add", ".gitignore", "tracked.bin")
+    tree = 3_000_000 + 1_000_000 + len("ignored.bin\n")
+
+    def part_bytes(env: dict[str, str]) -> int:
+        out = subprocess.run(["bash", "-c", f". {GPU / 'carry.sh'}; tree_bytes; part_bytes"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert int(out[0]) == tree
+        return int(out[1])
+
+    env = {k: v for k, v in os.environ.items() if k != "PART_BYTES"}
+    assert part_bytes(env) == 64 * 1048576 - tree - 2 * 1048576
+    assert part_bytes({**env, "PART_BYTES": "12345"}) == 12345

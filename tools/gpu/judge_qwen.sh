@@ -27,6 +27,7 @@
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
+. "$(dirname "$0")/vsite.sh"  # vsite_check / vsite_path / vsite_use: the staged vLLM
 S=/tmp/cp-stage R=/tmp/qwen-run
 mkdir -p "$S" "$R"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -105,7 +106,7 @@ finish() {  # issue 23's last figures, one card: (1) the serving benchmark alone
   # side (2) PRM + ORM judges trained (VARIANTS, STEPS) and evaluated beside the unified one, and (3) a GRPO run
   # (GRPO_STEPS) of the 135M policy against `compeer-reward serve` with no judge flags (the GPU default judge), the
   # loop's prompts and warm-up; the README example scored by that server first (device_evidence.sh run)
-  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+  vsite_path
   [ "${BENCH:-1}" = 1 ] && python3 -m bench.judge_bases_cpu --device cuda --judges 135m,1.5b-judge --dtype 135m=bfloat16,1.5b-judge=bfloat16 \
     --sets "${BENCH_SETS:-5}" --data $W/esconv/valid.json --note "$(nvidia-smi -L | head -n 1)" \
     > $R/bench.log 2>&1 && echo "bench ok" >> $R/bench.log  # BENCH=0: skipped
@@ -142,7 +143,7 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   # a second GRPO run against the retrained judge from the first run's warm-up (only the judge differs)
   # ADV_NEGATIVES: the labelled negatives of (1)-(2), e.g. data_builder/data/policy_negatives_grpo_round2.jsonl (the
   # round of 2026-11-27): (1)-(2) are skipped
-  export PYTHONPATH=/tmp/vsite:$PYTHONPATH VLLM_USE_FLASHINFER_SAMPLER=0
+  vsite_path
   local new=${ADV_NEGATIVES:-$R/adv-pn/policy_negatives.jsonl}
   if [ -z "${ADV_NEGATIVES:-}" ]; then
     [ -f $R/grpo1-run/completions.jsonl ] || grpo grpo1 || return 1
@@ -175,11 +176,13 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
     # rebuilt valid items: docs/evaluations/judge-esconv/qwen15/adversarial-400/gpu-eval-adv); saves the card
     [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped \
       --adapter $shipped --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!); }
-    # one process a judge, so that each judge's result is written (and collected) as soon as it is done
+    # one process a judge, so that each judge's result is written (and collected) as soon as it is done; SHIPPED_EVAL=0
+    # skips the shipped judge's contrast too (committed on the same 120 groups:
+    # docs/evaluations/judge-esconv/qwen15/adversarial-400/gpu-contrast-120)
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
       --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
-    python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-shipped \
-      --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-shipped.log 2>&1 & pids+=($!)
+    [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" \
+      --out $R/contrast-shipped --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-shipped.log 2>&1 & pids+=($!); }
   fi
   # the same warm-up as (1) where it is on this machine, else retrained with the same settings and seed
   local warm=""; [ -d $R/grpo1-run/warmup/adapter ] && warm=$R/grpo1-run

