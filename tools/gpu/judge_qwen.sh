@@ -228,11 +228,12 @@ wait_pipeline() {
   grep -h "'loss'" $R/train-*.log 2>/dev/null | tail -n 3; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
 }
 
-prepare() {  # the base converted once (bf16), the data built once
+prepare() {  # the base converted once (bf16), the data built once ($1 = nodata: not the data, e.g. an adversarial
+  # round from labelled negatives, which builds its own)
   [ -f "$S"/esconv.tar.xz ] || cp .gpu-judge/esconv.tar.xz "$S"/ || { echo "carry .gpu-judge" >&2; return 1; }
   python3 -c 'import transformers, peft; print("transformers", transformers.__version__, "peft", peft.__version__)'
   python3 -m judge.model_store bfloat16 --model "$MODEL" --adapter none || return 1
-  [ -d "$D" ] && return 0
+  [ -d "$D" ] || [ "${1:-}" = nodata ] && return 0
   bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $W > $R/build.log 2>&1 || { tail -20 $R/build.log; return 1; }
   tail -n 3 $R/build.log
 }
@@ -254,7 +255,8 @@ finish|adversarial|contrast)  # prepare, then finish() / adversarial() / contras
   # (`$1-run`, log $R/$1.log); waits like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto; contrast: .gpu-judge
   # alone; adversarial after tools/gpu/vllm_judge.sh stage, and `ADAPTER=unified-adv collect` brings its retrained
   # adapter)
-  prepare || exit 1
+  # an adversarial round from labelled negatives (ADV_NEGATIVES) needs only its rebuilt data (~60 s less)
+  if [ "$1" = adversarial ] && [ -n "${ADV_NEGATIVES:-}" ]; then prepare nodata || exit 1; else prepare || exit 1; fi
   # the generated gRPC code (carry compeer_proto) kept where the background run finds it whatever later calls carry
   [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
   [ "$1" = contrast ] || [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf \
