@@ -3,12 +3,14 @@
 # judge (+ the reply mode) and the PRM-only and ORM-only variants with the same rows and steps, and measure them on
 # the valid split (Table 1 columns, then the reward AUC on contrast groups). No registry, no hub there; 64 MiB per
 # call. Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels + GGUF part 00), c2 (parts 01-02), c3 (MiniLM, part 03)
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1 .. gN (SmolLM2 GGUF parts), c6 (MiniLM)
 #   bash tools/gpu/judge_esconv.sh pack     # .gpu-judge/esconv.tar.xz: the ESConv train and valid splits
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/reward_trainer.md has them):
-#   install  carry .gpu-policy/c1                    wheels into /tmp/site, GGUF part 00
-#   stage    carry .gpu-policy/c2 and .gpu-judge     GGUF parts 01-02, the ESConv splits
-#   start    carry .gpu-policy/c3 (MiniLM, part 03)   converts the base model, builds the data, starts the
+#   install  carry .gpu-policy/c1                    wheels into /tmp/site
+#   stage    carry one of .gpu-policy/g1 .. gN, c6    the GGUF parts and MiniLM, one folder a call; .gpu-judge (the
+#            or .gpu-judge                           ESConv splits) with any of them
+#   start    (no carry)                              joins and checks the GGUF (device_evidence.sh prepare),
+#                                                    converts the base model, builds the data, starts the
 #                                                    pipeline in the background (setsid) and waits like `wait`
 #   wait     (no carry)                              waits up to CALL_BUDGET_S (default 560) for the pipeline;
 #                                                    copies what is finished to $OUT
@@ -93,18 +95,15 @@ pack)  # here, not on the device
   ls -l .gpu-judge
   ;;
 install)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .gpu-policy/c1/whl/*.whl || exit 1
-  cp .gpu-policy/c1/gguf.part-* "$S"/ && nvidia-smi -L
+  bash tools/gpu/device_evidence.sh install
   ;;
 stage)
-  cp .gpu-policy/c2/gguf.part-* .gpu-judge/esconv.tar.xz "$S"/ && ls -l "$S"
+  bash tools/gpu/device_evidence.sh stage || exit 1
+  if [ -f .gpu-judge/esconv.tar.xz ]; then cp .gpu-judge/esconv.tar.xz "$S"/ || exit 1; fi
   ;;
 start)
-  cp .gpu-policy/c3/minilm-q8.tar.xz .gpu-policy/c3/gguf.part-* "$S"/ || exit 1  # MiniLM for the GRPO phase
-  cat "$S"/gguf.part-* | xz -d > "$S/SmolLM2-135M-Instruct.Q4_1.gguf" || exit 1
-  echo "${GGUF_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  $S/SmolLM2-135M-Instruct.Q4_1.gguf" \
-    | sha256sum -c - || exit 1
+  [ -f "$S"/esconv.tar.xz ] || { echo "carry .gpu-judge on a stage call first" >&2; exit 1; }
+  bash tools/gpu/device_evidence.sh prepare || exit 1  # the GGUF joined and checked, MiniLM for the GRPO phase
   python3 -m judge.model_store bfloat16 --adapter none || exit 1
   build_data || exit 1
   setsid nohup bash tools/gpu/judge_esconv.sh pipeline > $R/pipeline.log 2>&1 < /dev/null &
