@@ -5,7 +5,7 @@
 #   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1..gN (SmolLM2 GGUF parts), c6 (MiniLM)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
-#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1..c6 or .gpu-qwen/qNN from
+#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1, g1..gN, c6 or .gpu-qwen/qNN from
 #            tools/gpu/stage_qwen.sh): copies or installs what it carries; the qwen parts are joined once all are there;
 #            once every vLLM part is there: joins them, checks the tar and every wheel (tools/gpu/vllm-manifest.txt)
 #            and installs them into /tmp/vsite (pip --no-index --no-deps --target); prints what is still missing
