@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -108,6 +109,15 @@ def create_grpc_server(core: RewardCore, health: HealthServicer, guard: Guard) -
     return server, add_grpc_port(server, f"{config.host}:{config.grpc_port}", config.security)
 
 
+def bind_http_socket(host: str, port: int) -> socket.socket:
+    """The HTTP front's listening socket, bound before the engine loads. Left to uvicorn, the bind waits for the event
+    loop's next turn after the engine's start: on 2026-11-29 a test server's engine took its free port in the
+    meantime and the server exited at "ready" with "address already in use". Not inherited by the engine's
+    subprocesses (Python's default)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
 async def serve(config: ServerConfig) -> None:
     """Run both fronts until SIGTERM / SIGINT."""
     core = await build_core(config)
@@ -126,9 +136,10 @@ async def serve(config: ServerConfig) -> None:
     http = _Uvicorn(uvicorn.Config(create_app(core, guard), host=config.host, port=config.http_port,
                                    log_level="warning", lifespan="off", access_log=False,
                                    **uvicorn_tls(config.security)))
-    http_task = asyncio.create_task(http.serve())
+    http_socket = bind_http_socket(config.host, config.http_port)
+    http_task = asyncio.create_task(http.serve(sockets=[http_socket]))
     log.info("listening: gRPC %s:%d, HTTP %s:%d (%s); loading the %s engine", config.host, grpc_port, config.host,
-             config.http_port, config.security.summary(), config.engine.backend)
+             http_socket.getsockname()[1], config.security.summary(), config.engine.backend)
     start_task = asyncio.create_task(core.start())
     stop_task = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait({start_task, stop_task, http_task}, return_when=asyncio.FIRST_COMPLETED)

@@ -370,3 +370,23 @@ async def test_dead_engine_fails_liveness_and_readiness(svc: Service) -> None:
     assert (await svc.http.get("/readyz")).status_code == 503
     r = await svc.http.post("/v1/score", json=body([GOOD]))
     assert r.status_code == 503 and r.json()["error"]["code"] == "UNAVAILABLE"
+
+
+def test_the_http_port_is_bound_before_the_engine_loads() -> None:
+    """``serve`` binds the HTTP front's port itself before the engine starts (uvicorn alone bound it only after the
+    engine's start, and a test server lost its free port to the engine on 2026-11-29): the port is held, listening,
+    and not inherited by the engine's subprocesses."""
+    import socket
+
+    from reward_server.server import bind_http_socket
+
+    sock = bind_http_socket("127.0.0.1", 0)
+    try:
+        port = sock.getsockname()[1]
+        with pytest.raises(OSError):
+            socket.create_server(("127.0.0.1", port))
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass  # queued in the backlog: the port answers before any accept loop runs
+        assert not sock.get_inheritable()
+    finally:
+        sock.close()
