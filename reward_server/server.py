@@ -111,9 +111,9 @@ def create_grpc_server(core: RewardCore, health: HealthServicer, guard: Guard) -
 
 def bind_http_socket(host: str, port: int) -> socket.socket:
     """The HTTP front's listening socket, bound before the engine loads. Left to uvicorn, the bind waits for the event
-    loop's next turn after the engine's start: on 2026-11-29 a test server's engine took its free port in the
-    meantime and the server exited at "ready" with "address already in use". Not inherited by the engine's
-    subprocesses (Python's default)."""
+    loop's next turn after the engine's start: on 2026-11-29 a test server lost its free port in the meantime (the
+    engine picks free ports of its own) and exited at "ready" with "address already in use". Not inherited by the
+    engine's subprocesses (Python's default)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=2048)
 
