@@ -5,6 +5,7 @@ tree_bytes() {  # the bytes of the tree that travels with every call (a tracked 
   git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'
   return 0
 }
-part_bytes() {  # PART_BYTES if set, else 64 MiB less the tree and 2 MiB
-  echo "${PART_BYTES:-$(( 64 * 1048576 - $(tree_bytes) - 2 * 1048576 ))}"
+CALL_BYTES=$(( 64 * 1048576 ))  # what one call carries, the tree included
+part_bytes() {  # PART_BYTES if set, else a call less the tree ($1, else counted here) and 2 MiB
+  echo "${PART_BYTES:-$(( CALL_BYTES - ${1:-$(tree_bytes)} - 2 * 1048576 ))}"
 }

@@ -18,7 +18,8 @@ OUT=.gpu-policy
 rm -rf "$OUT"/c[0-9] "$OUT"/g[0-9]*
 mkdir -p "$OUT/c1/whl" "$OUT"/c6
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
-TREE=$(tree_bytes) PART_BYTES=$(part_bytes)
+TREE=$(tree_bytes)
+PART_BYTES=$(part_bytes "$TREE")
 X=$(git rev-parse --git-path info/exclude)  # in a worktree: the main repository's (shared) exclude file
 grep -qx '/.gpu-policy/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-policy/' >> "$X"; }
 
@@ -68,7 +69,7 @@ rm -rf "$OUT/minilm-q8" "$OUT/smollm2.gguf.xz"
 du -sb "$OUT"/c[0-9] "$OUT"/g[0-9]*
 for d in "$OUT"/c[0-9] "$OUT"/g[0-9]*; do  # each folder travels with the tree: at most 64 MiB together
   size=$(du -sb "$d" | cut -f1)
-  [ $(( size + TREE )) -le $(( 64 * 1048576 )) ] || { echo "stage: $d ($size bytes) and the tracked tree ($TREE bytes) \
+  [ $(( size + TREE )) -le "$CALL_BYTES" ] || { echo "stage: $d ($size bytes) and the tracked tree ($TREE bytes) \
 exceed a call's 64 MiB" >&2; exit 1; }
 done
 

@@ -17,7 +17,7 @@ PY=${PY:-.venv/bin/python}
 BASE=${1:-qwen2.5-coder-1.5b}
 OUT=.gpu-qwen
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
-TREE=$(tree_bytes) PART_BYTES=$(part_bytes)
+PART_BYTES=$(part_bytes)
 X=$(git rev-parse --git-path info/exclude)
 grep -qx '/.gpu-qwen/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-qwen/' >> "$X"; }
 read -r NAME SHA SIZE < <("$PY" - "$BASE" "$OUT" <<'PY'

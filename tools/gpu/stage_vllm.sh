@@ -16,7 +16,7 @@ OUT=.gpu-vllm
 MANIFEST=tools/gpu/vllm-manifest.txt
 # a part and the tracked tree travel together in one call (64 MiB): a part is 64 MiB less the tree and 2 MiB
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
-TREE=$(tree_bytes) PART_BYTES=$(part_bytes)
+PART_BYTES=$(part_bytes)
 PINS=(
   vllm==0.26.0
   blake3==1.0.11 openai==2.54.0 jiter==0.19.0 distro==1.9.0 sniffio==1.3.1 anthropic==2.14.0

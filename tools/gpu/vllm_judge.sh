@@ -94,13 +94,11 @@ install)
     done
   fi
   [ -d .gpu-policy/c1/whl ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
-  for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/gguf.parts .gpu-policy/*/minilm-q8.tar.xz; do  # stage.sh's g* and c6
-    [ -f "$f" ] && [ ! -f "$S/$(basename "$f")" ] && { cp "$f" "$S"/ || exit 1; echo "copied $f"; }
-  done
   install_vllm || exit 1
   take_gguf_parts || exit 1
   [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels)"
-  missing=$(bash tools/gpu/device_evidence.sh gguf-missing)
+  # stage.sh's g1 .. gN and c6 carried: copied by device_evidence.sh's take_parts, which then names what is missing
+  missing=$(bash tools/gpu/device_evidence.sh gguf-missing) || exit 1
   [ -z "$missing" ] || echo "still missing: $missing(SmolLM2 GGUF parts)"
   [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c6 (MiniLM)"
   true
