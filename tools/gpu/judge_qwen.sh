@@ -166,6 +166,11 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
       --out $R/contrast-shipped --adapter shipped=$shipped "${EVAL[@]}" > $R/contrast-shipped.log 2>&1 & pids+=($!)
   fi
   [ -d $R/unified-adv-bf16 ] || STEPS=${STEPS:-$steps} D=$D2 train unified unified-adv || return 1
+  sha256sum $R/unified-adv-bf16/adapter_model.safetensors
+  # ADV_EVAL=0: the retrained judge is neither measured again nor GRPO-trained against here (a rerun of a round
+  # already measured, e.g. for a device_evidence.sh run against it: its committed figures hold if the sha256 above
+  # matches theirs)
+  if [ "${ADV_EVAL:-1}" != 1 ]; then for p in "${pids[@]}"; do wait "$p" || rc=1; done; return $rc; fi
   python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv-bf16 \
     --adapter reply=$R/unified-adv-bf16 --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
   if [ -n "${SHIPPED_CARD:-}" ]; then

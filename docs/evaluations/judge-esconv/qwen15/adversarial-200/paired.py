@@ -1,6 +1,7 @@
 """Paired comparison of two judge-eval runs on the same items: per component the accuracy of each, the difference
-with a paired bootstrap 95% interval over items, the exact McNemar p (binomial test on discordant items), and the
-share of items where the two runs gave the same verdict (agreement, whatever the gold label).
+with a paired bootstrap 95% interval over items, the exact McNemar p (binomial test on discordant items), the
+share of items where the two runs gave the same verdict (agreement, whatever the gold label), and for the step
+components the same paired test on the gold-False items alone (False recall, the issue's step-3 goal).
     PYTHONPATH=. python docs/evaluations/judge-esconv/qwen15/adversarial-200/paired.py JUDGE_SFT_DIR/unified \
         A/predictions.jsonl B/predictions.jsonl [OUT.json]      # from the repository root"""
 import json
@@ -37,9 +38,19 @@ for comp in ("step1", "step2", "step3", "preference"):
     out[comp] = {"n": n, "acc_a": sum(ca) / n, "acc_b": sum(cb) / n, "diff": sum(d) / n,
                  "ci95": [boots[124], boots[4874]], "a_only": b10, "b_only": b01, "mcnemar_p": p,
                  "same_verdict": same, "agreement": same / n}
+    if comp.startswith("step"):  # False recall: the gold-False items alone, paired the same way
+        f = [(x, y) for k, x, y in zip(ks, ca, cb) if gold[k][comp] == "False"]
+        f10, f01 = sum(1 for x, y in f if x and not y), sum(1 for x, y in f if y and not x)
+        out[comp]["false_recall"] = {"n": len(f), "a": sum(x for x, _ in f) / len(f), "b": sum(y for _, y in f) / len(f),
+                                     "a_only": f10, "b_only": f01,
+                                     "mcnemar_p": binomtest(f10, f10 + f01).pvalue if f10 + f01 else 1.0}
     print(f"{comp}: n {n}  A {100*sum(ca)/n:.1f}  B {100*sum(cb)/n:.1f}  diff {100*sum(d)/n:+.1f} "
           f"[{100*boots[124]:+.1f}, {100*boots[4874]:+.1f}]  A-only {b10} B-only {b01}  McNemar p {p:.3g}  "
           f"same verdict {same}/{n}")
+    if "false_recall" in out[comp]:
+        fr = out[comp]["false_recall"]
+        print(f"  {comp} False recall: n {fr['n']}  A {100*fr['a']:.1f}  B {100*fr['b']:.1f}  A-only {fr['a_only']} "
+              f"B-only {fr['b_only']}  McNemar p {fr['mcnemar_p']:.3g}")
 if len(sys.argv) > 4:
     with open(sys.argv[4], "w") as fh:
         json.dump(out, fh, indent=1)
