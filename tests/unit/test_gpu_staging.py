@@ -4,6 +4,7 @@ readiness wait of the scripts that start a server (``tools/gpu/wait_ready.py``) 
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import importlib.util
 import json
@@ -234,3 +235,34 @@ def test_a_carry_part_fits_beside_the_tree_that_travels(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PART_BYTES"}
     assert part_bytes(env) == 64 * 1048576 - tree - 2 * 1048576
     assert part_bytes({**env, "PART_BYTES": "12345"}) == 12345
+
+
+def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> None:
+    """``judge_qwen.sh adversarial`` with ``ADV_EVAL=0`` (a round whose figures are committed, run again for a GRPO
+    run against it) prints the retrained adapter's sha256 and starts no evaluation; with the default it does."""
+    run = tmp_path / "qwen-run"
+    (run / "data2" / "emit" / "judge_sft").mkdir(parents=True)  # the round's data, built: not built again
+    (run / "unified-adv-bf16").mkdir()  # the retrained adapter, there: not trained again
+    (run / "unified-adv-bf16" / "adapter_model.safetensors").write_bytes(b"weights")
+    calls = tmp_path / "python-calls.txt"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(  # logs every call; the trainer's CLI fails at once, anything else is Python's
+        f'#!/usr/bin/env bash\necho "$*" >> {calls}\n[ "$1 $2" = "-m reward_trainer.cli" ] && exit 1\n'
+        f'exec {sys.executable} "$@"\n')
+    (fake / "python3").chmod(0o755)
+    negatives = tmp_path / "negatives.jsonl"
+    negatives.write_text("")
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run),
+           "STAGE_DIR": str(tmp_path / "stage"), "ADV_NEGATIVES": str(negatives), "ADV_GRPO2": "0",
+           "SHIPPED_EVAL": "0"}
+    env.pop("SHIPPED_CARD", None)
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env={**env, "ADV_EVAL": "0"},
+                          cwd=GPU.parents[1], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert hashlib.sha256(b"weights").hexdigest() in done.stdout
+    assert "reward_trainer.cli" not in calls.read_text()
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env=env, cwd=GPU.parents[1],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1  # the (fake) evaluation was started and failed
+    assert "reward_trainer.cli judge-eval" in calls.read_text()

@@ -28,7 +28,7 @@
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
 . "$(dirname "$0")/vsite.sh"  # vsite_check / vsite_path / vsite_use: the staged vLLM
-S=/tmp/cp-stage R=/tmp/qwen-run
+S=${STAGE_DIR:-/tmp/cp-stage} R=${QWEN_RUN:-/tmp/qwen-run}  # the staged parts; the run's folder (overridable for the tests)
 mkdir -p "$S" "$R"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S TQDM_DISABLE=1
