@@ -1,0 +1,153 @@
+"""Is the loop's independent scorer informative? (issue 26, item 4: a scorer a skeptic accepts must itself tell a
+better supporter reply from a worse one.) Rates, with `compeer_loop.independent` exactly as the loop does (the same
+prompt, strict `Rating: N` parse, a failed parse recorded as failed), the real supporter reply of each valid contrast
+group and each of its negatives that differ in the reply (`compeer-data contrast --pool eval`: degenerate, generic,
+dismissive, echo, another round's and another dialogue's real reply, the policy-made kinds), then per kind the AUC of
+the rating (real reply vs negative, ties half), the within-group win / tie / loss shares and the rating counts.
+
+    PYTHONPATH=. .venv/bin/python docs/evaluations/compeer-loop/scorer-check/rate_contrast.py GROUPS.jsonl OUT.json \
+        [--groups 40] [--model qwen2.5-coder-1.5b] [--backend vllm] [--device cpu] [--pairwise]
+
+--pairwise: instead of a 1-5 rating of each reply alone, the same model compares the real reply with each negative,
+`Better: A` or `Better: B`, in both orders (position bias cancels); the real reply's score in a pair is its wins
+(0, 1 or 2 of 2), and the kind's "AUC" is the mean share won (ties = one win each way = 0.5). Written once and run
+once on these groups (nothing tuned on them).
+
+GROUPS.jsonl: `bash tools/gpu/esconv_data.sh ../shared/data/esconv W` -> W/contrast/groups.jsonl (the valid split)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from cer.reasoning import parse
+from compeer_loop.independent import RUBRIC, rate_replies
+from evaluator.backends import ModelSpec, build_roles
+
+#: the negatives whose reply differs from the real turn's (the others change only the reasoning parts)
+REPLY_KINDS = ("degenerate", "generic", "dismissive", "echo", "other_round", "other_dialogue", "policy_degenerate",
+               "policy_generic", "policy_echo")
+
+
+def records(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, g in enumerate(groups):
+        for kind, text in g["candidates"].items():
+            if kind != "positive" and kind not in REPLY_KINDS:
+                continue
+            reply = parse(text).parts.get("response")
+            if reply:  # a candidate whose reply part does not parse is not rated (counted in the output)
+                out.append({"id": f"{i}:{kind}", "history": g["history"], "text": reply, "status": "ok"})
+    return out
+
+
+def summary(groups: int, rated: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    by_group: dict[int, dict[str, int | None]] = {}
+    for rid, r in rated.items():
+        i, kind = rid.split(":", 1)
+        by_group.setdefault(int(i), {})[kind] = r["independent_rating"]
+    out: dict[str, Any] = {"groups": groups, "ratings": dict(Counter(str(r["independent_rating"]) for r in rated.values())),
+                           "failed": sum(r["independent_status"] != "ok" for r in rated.values()), "kinds": {}}
+    pos = [g["positive"] for g in by_group.values() if g.get("positive") is not None]
+    out["positive_mean"] = sum(pos) / len(pos) if pos else None
+    for kind in REPLY_KINDS:
+        neg = [g[kind] for g in by_group.values() if g.get(kind) is not None]
+        pairs = [(g["positive"], g[kind]) for g in by_group.values()
+                 if g.get("positive") is not None and g.get(kind) is not None]
+        if not pos or not neg:
+            continue
+        auc = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
+        out["kinds"][kind] = {"n": len(neg), "auc": auc, "mean": sum(neg) / len(neg),
+                              "win": sum(p > q for p, q in pairs) / len(pairs),
+                              "tie": sum(p == q for p, q in pairs) / len(pairs),
+                              "loss": sum(p < q for p, q in pairs) / len(pairs)}
+    return out
+
+
+PAIR_SYSTEM = ("You compare two replies in an emotional-support conversation. Answer with exactly one line: "
+               "`Better: A` or `Better: B`.")
+_BETTER = re.compile(r"^\s*better\s*:\s*([AB])\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def parse_better(text: str) -> str | None:
+    """A or B from the answer's one ``Better: X`` line; None otherwise (recorded as failed, never guessed)."""
+    hits = _BETTER.findall(text)
+    return hits[0].upper() if len(hits) == 1 else None
+
+
+def pair_messages(history: list[dict[str, Any]], a: str, b: str) -> list[dict[str, str]]:
+    convo = "\n".join(f"{t['role'].capitalize()}: {t['text']}" for t in history)
+    user = (f"Conversation so far:\n{convo}\n\nReply A:\n{a}\n\nReply B:\n{b}\n\nWhich reply supports the seeker "
+            f"better? {RUBRIC}\nAnswer `Better: A` or `Better: B`.")
+    return [{"role": "system", "content": PAIR_SYSTEM}, {"role": "user", "content": user}]
+
+
+async def compare(recs: list[dict[str, Any]], scorer: Any) -> dict[str, dict[str, Any]]:
+    """Per negative record id: the real reply's wins over it in both orders (None when an answer failed)."""
+    real = {r["id"].split(":")[0]: r for r in recs if r["id"].endswith(":positive")}
+    gate = asyncio.Semaphore(16)
+
+    async def ask(msgs: list[dict[str, str]], rid: str) -> str | None:
+        async with gate:
+            return (await scorer.ask(msgs, parse_better, rid, regex=r"Better: (A|B)")).value
+
+    async def one(r: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        pos = real[r["id"].split(":")[0]]
+        first, second = await asyncio.gather(ask(pair_messages(r["history"], pos["text"], r["text"]), r["id"] + "/ab"),
+                                             ask(pair_messages(r["history"], r["text"], pos["text"]), r["id"] + "/ba"))
+        wins = None if first is None or second is None else (first == "A") + (second == "B")
+        return r["id"], {"real_first": first, "real_second": second, "real_wins": wins}
+
+    negs = [r for r in recs if not r["id"].endswith(":positive") and r["id"].split(":")[0] in real]
+    return dict(await asyncio.gather(*(one(r) for r in negs)))
+
+
+def pair_summary(groups: int, done: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"groups": groups, "failed": sum(d["real_wins"] is None for d in done.values()), "kinds": {},
+                           "first_position_share": None}
+    answers = [x for d in done.values() for x in (d["real_first"], d["real_second"]) if x is not None]
+    out["first_position_share"] = sum(x == "A" for x in answers) / len(answers) if answers else None
+    for kind in REPLY_KINDS:
+        w = [d["real_wins"] for rid, d in done.items() if rid.split(":", 1)[1] == kind and d["real_wins"] is not None]
+        if w:
+            out["kinds"][kind] = {"n": len(w), "auc": sum(w) / (2 * len(w)), "both": sum(x == 2 for x in w) / len(w),
+                                  "split": sum(x == 1 for x in w) / len(w), "neither": sum(x == 0 for x in w) / len(w)}
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("groups_file"), ap.add_argument("out")
+    ap.add_argument("--groups", type=int, default=40)
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--backend", default="vllm")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--pairwise", action="store_true")
+    args = ap.parse_args()
+    lines = Path(args.groups_file).read_text().splitlines()
+    groups = [json.loads(line) for line in lines[: args.groups]]
+    spec = ModelSpec(model=args.model, backend=args.backend, device=args.device, adapter="none", max_tokens=16,
+                     temperature=0.0)
+    roles = build_roles({r: spec for r in ("model", "simulator", "scorer")}, None)
+    t0 = time.monotonic()
+    try:
+        if args.pairwise:
+            rated = await compare(records(groups), roles.scorer)
+        else:
+            rated = await rate_replies(records(groups), roles.scorer, concurrency=16)
+    finally:
+        await roles.aclose()
+    out = pair_summary(len(groups), rated) if args.pairwise else summary(len(groups), rated)
+    out.update(scorer=roles.scorer.identity, backend=args.backend, device=args.device, seconds=time.monotonic() - t0,
+               groups_file=args.groups_file)
+    Path(args.out).write_text(json.dumps({"summary": out, "ratings": rated}, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
