@@ -36,10 +36,14 @@ def parse_rating(text: str) -> int | None:
     return value if RATING_MIN <= value <= RATING_MAX else None
 
 
+def conversation_text(history: Sequence[dict[str, Any]]) -> str:
+    """The conversation as ``Seeker: ...`` / ``Supporter: ...`` lines, as the scorer's prompts show it."""
+    return "\n".join(f"{t['role'].capitalize()}: {t['text']}" for t in history)
+
+
 def rating_messages(history: Sequence[dict[str, Any]], reply: str) -> list[dict[str, str]]:
     """The zero-shot rating prompt of one reply in its conversation."""
-    convo = "\n".join(f"{t['role'].capitalize()}: {t['text']}" for t in history)
-    user = (f"Conversation so far:\n{convo}\n\nThe supporter's next reply:\n{reply}\n\nRate how well this reply "
+    user = (f"Conversation so far:\n{conversation_text(history)}\n\nThe supporter's next reply:\n{reply}\n\nRate how well this reply "
             f"supports the seeker. {RUBRIC}\nAnswer `Rating: N`.")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from cer.reasoning import parse
-from compeer_loop.independent import RUBRIC, rate_replies
+from compeer_loop.independent import RUBRIC, conversation_text, rate_replies
 from evaluator.backends import ModelSpec, build_roles
+from reward_trainer.contrast import summarise
 
 #: the negatives whose reply differs from the real turn's (the others change only the reasoning parts)
 REPLY_KINDS = ("degenerate", "generic", "dismissive", "echo", "other_round", "other_dialogue", "policy_degenerate",
@@ -47,25 +48,15 @@ def records(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summary(groups: int, rated: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    by_group: dict[int, dict[str, int | None]] = {}
+    """The ratings' counts, then per kind the AUC, within-group shares and mean rating, computed as the reward AUC
+    of the judges is (:func:`reward_trainer.contrast.summarise`, the rating in place of the total)."""
+    by_group: dict[int, dict[str, float | None]] = {}
     for rid, r in rated.items():
         i, kind = rid.split(":", 1)
         by_group.setdefault(int(i), {})[kind] = r["independent_rating"]
-    out: dict[str, Any] = {"groups": groups, "ratings": dict(Counter(str(r["independent_rating"]) for r in rated.values())),
-                           "failed": sum(r["independent_status"] != "ok" for r in rated.values()), "kinds": {}}
-    pos = [g["positive"] for g in by_group.values() if g.get("positive") is not None]
-    out["positive_mean"] = sum(pos) / len(pos) if pos else None
-    for kind in REPLY_KINDS:
-        neg = [g[kind] for g in by_group.values() if g.get(kind) is not None]
-        pairs = [(g["positive"], g[kind]) for g in by_group.values()
-                 if g.get("positive") is not None and g.get(kind) is not None]
-        if not pos or not neg:
-            continue
-        auc = sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
-        out["kinds"][kind] = {"n": len(neg), "auc": auc, "mean": sum(neg) / len(neg),
-                              "win": sum(p > q for p, q in pairs) / len(pairs),
-                              "tie": sum(p == q for p, q in pairs) / len(pairs),
-                              "loss": sum(p < q for p, q in pairs) / len(pairs)}
+    out = summarise([by_group[i] for i in sorted(by_group)])
+    out.update(groups=groups, ratings=dict(Counter(str(r["independent_rating"]) for r in rated.values())),
+               failed=sum(r["independent_status"] != "ok" for r in rated.values()))
     return out
 
 
@@ -81,8 +72,7 @@ def parse_better(text: str) -> str | None:
 
 
 def pair_messages(history: list[dict[str, Any]], a: str, b: str) -> list[dict[str, str]]:
-    convo = "\n".join(f"{t['role'].capitalize()}: {t['text']}" for t in history)
-    user = (f"Conversation so far:\n{convo}\n\nReply A:\n{a}\n\nReply B:\n{b}\n\nWhich reply supports the seeker "
+    user = (f"Conversation so far:\n{conversation_text(history)}\n\nReply A:\n{a}\n\nReply B:\n{b}\n\nWhich reply supports the seeker "
             f"better? {RUBRIC}\nAnswer `Better: A` or `Better: B`.")
     return [{"role": "system", "content": PAIR_SYSTEM}, {"role": "user", "content": user}]
 
@@ -108,10 +98,9 @@ async def compare(recs: list[dict[str, Any]], scorer: Any) -> dict[str, dict[str
 
 
 def pair_summary(groups: int, done: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"groups": groups, "failed": sum(d["real_wins"] is None for d in done.values()), "kinds": {},
-                           "first_position_share": None}
     answers = [x for d in done.values() for x in (d["real_first"], d["real_second"]) if x is not None]
-    out["first_position_share"] = sum(x == "A" for x in answers) / len(answers) if answers else None
+    out: dict[str, Any] = {"groups": groups, "failed": sum(d["real_wins"] is None for d in done.values()), "kinds": {},
+                           "first_position_share": sum(x == "A" for x in answers) / len(answers) if answers else None}
     for kind in REPLY_KINDS:
         w = [d["real_wins"] for rid, d in done.items() if rid.split(":", 1)[1] == kind and d["real_wins"] is not None]
         if w:
