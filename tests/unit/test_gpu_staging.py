@@ -214,7 +214,8 @@ def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_fir
 def test_a_carry_part_fits_beside_the_tree_that_travels(tmp_path: Path) -> None:
     """``carry.sh``'s part size is a call's 64 MiB less the tree that travels (tracked files and untracked ones git
     does not ignore, not ignored ones) and 2 MiB: four fixed GGUF parts stopped fitting once the tree grew to 43 MiB
-    (2026-11-29), and the GPU side refused the call."""
+    (2026-11-29), and the GPU side refused the call. The tree counts its disk usage (whole blocks): a wheel folder
+    that fitted by the files' lengths was refused on 2026-11-30."""
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
@@ -223,8 +224,10 @@ def test_a_carry_part_fits_beside_the_tree_that_travels(tmp_path: Path) -> None:
     (tmp_path / "tracked.bin").write_bytes(b"x" * 3_000_000)
     (tmp_path / "untracked.bin").write_bytes(b"y" * 1_000_000)
     (tmp_path / "ignored.bin").write_bytes(b"z" * 9_000_000)
-    git("add", ".gitignore", "tracked.bin")
-    tree = 3_000_000 + 1_000_000 + len("ignored.bin\n")
+    (tmp_path / "small.txt").write_text("a few bytes take a whole block")
+    git("add", ".gitignore", "tracked.bin", "small.txt")
+    tree = sum(os.stat(tmp_path / f).st_blocks * 512 for f in (".gitignore", "tracked.bin", "untracked.bin", "small.txt"))
+    assert tree > 3_000_000 + 1_000_000 + len("ignored.bin\n") + 30  # the small files' blocks count in full
 
     def part_bytes(env: dict[str, str]) -> int:
         out = subprocess.run(["bash", "-c", f". {GPU / 'carry.sh'}; tree_bytes; part_bytes"], cwd=tmp_path, env=env,
@@ -266,3 +269,32 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1  # the (fake) evaluation was started and failed
     assert "reward_trainer.cli judge-eval" in calls.read_text()
+
+
+def test_minilm_parts_are_joined_once_every_part_is_here(tmp_path: Path) -> None:
+    """MiniLM travels in parts like the GGUF (``stage.sh``'s c6, c7 once the tree left no room for one folder): the
+    device side names the folders still missing and joins the archive only when all of them were carried."""
+    tree, stage = tmp_path / "tree", tmp_path / "stage"
+    (tree / "tools").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(GPU), str(tree / "tools" / "gpu")], check=True)
+    payload = os.urandom(3000)
+    for i, (name, chunk) in enumerate((("c6", payload[:2000]), ("c7", payload[2000:]))):
+        d = tmp_path / name  # a staging folder, here until a call carries it
+        d.mkdir()
+        (d / f"minilm-q8.tar.xz.part-{i:02d}").write_bytes(chunk)
+        (d / "minilm.parts").write_text("2\n")
+    env = {**os.environ, "STAGE_DIR": str(stage)}
+
+    def carry(name: str) -> str:  # the call's tree holds this one staging folder; what does the device still lack?
+        subprocess.run(["rm", "-rf", str(tree / ".gpu-policy")], check=True)
+        if name:
+            (tree / ".gpu-policy").mkdir()
+            subprocess.run(["cp", "-r", str(tmp_path / name), str(tree / ".gpu-policy" / name)], check=True)
+        return subprocess.run(["bash", "tools/gpu/device_evidence.sh", "minilm-missing"], cwd=tree, env=env,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert carry("") == ".gpu-policy/c6 .."  # nothing carried yet: not even the count
+    assert carry("c7") == ".gpu-policy/c6"
+    assert not (stage / "minilm-q8.tar.xz").exists()
+    assert carry("c6") == ""
+    assert (stage / "minilm-q8.tar.xz").read_bytes() == payload

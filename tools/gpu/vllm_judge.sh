@@ -2,10 +2,10 @@
 # The judge on vLLM on a lent GPU machine (issue 16): install vLLM 0.26.0, prepare the default judge, benchmark both
 # engines in one run on one card (bench/judge_engines_gpu.py), serve a ScoreBatch on vLLM. No registry, no hub there;
 # 64 MiB per call with the tree (~13 MB). Staging, here, after `make install`:
-#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1..gN (SmolLM2 GGUF parts), c6 (MiniLM)
+#   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1..gN (SmolLM2 GGUF parts), c6.. (MiniLM parts)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
-#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1, g1..gN, c6 or .gpu-qwen/qNN from
+#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1, g1..gN, c6.. or .gpu-qwen/qNN from
 #            tools/gpu/stage_qwen.sh): copies or installs what it carries; the qwen parts are joined once all are there;
 #            once every vLLM part is there: joins them, checks the tar and every wheel (tools/gpu/vllm-manifest.txt)
 #            and installs them into /tmp/vsite (pip --no-index --no-deps --target); prints what is still missing
@@ -93,14 +93,15 @@ install)
       for f in "$d"/vllm.part-*; do [ -f $V/"$(basename "$f")" ] || { cp "$f" "$d"/parts.txt $V/ && echo "copied $f"; }; done
     done
   fi
-  [ -d .gpu-policy/c1/whl ] && [ ! -f "$S"/.c1 ] && { bash tools/gpu/device_evidence.sh install && touch "$S"/.c1 || exit 1; }
+  ls -d .gpu-policy/c*/whl >/dev/null 2>&1 && [ ! -f "$S"/.wheels ] && { bash tools/gpu/device_evidence.sh install || exit 1; }
   install_vllm || exit 1
   take_gguf_parts || exit 1
-  [ -f "$S"/.c1 ] || echo "still missing: .gpu-policy/c1 (TRL & co wheels)"
-  # stage.sh's g1 .. gN and c6 carried: copied by device_evidence.sh's take_parts, which then names what is missing
+  [ -f "$S"/.wheels ] || echo "still missing: .gpu-policy/c1 (and c2, if staged: TRL & co wheels)"
+  # stage.sh's g1 .. gN and c6 .. carried: copied by device_evidence.sh's take_parts, which then names what is missing
   missing=$(bash tools/gpu/device_evidence.sh gguf-missing) || exit 1
   [ -z "$missing" ] || echo "still missing: $missing(SmolLM2 GGUF parts)"
-  [ -f "$S"/minilm-q8.tar.xz ] || echo "still missing: .gpu-policy/c6 (MiniLM)"
+  missing=$(bash tools/gpu/device_evidence.sh minilm-missing) || exit 1
+  [ -z "$missing" ] || echo "still missing: $missing(MiniLM parts)"
   true
   ;;
 stage)
