@@ -298,3 +298,49 @@ def test_minilm_parts_are_joined_once_every_part_is_here(tmp_path: Path) -> None
     assert not (stage / "minilm-q8.tar.xz").exists()
     assert carry("c6") == ""
     assert (stage / "minilm-q8.tar.xz").read_bytes() == payload
+
+
+def test_an_adapter_from_history_travels_in_parts_and_is_unpacked_once_all_are_in(tmp_path: Path) -> None:
+    """``stage_adapter.sh`` packs an adapter kept at a commit (REV:PATH; not in the tree that travels) into carry
+    folders; ``vllm_judge.sh install`` copies the part each call carries, names the folders still missing, and once
+    all are in joins them, checks size and sha256 and unpacks the adapter into the stage folder."""
+    here, device, stage = tmp_path / "repo", tmp_path / "device", tmp_path / "stage"
+    (here / "tools").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(GPU), str(here / "tools" / "gpu")], check=True)
+    weights = os.urandom(10_000)
+    (here / "kept").mkdir()
+    (here / "kept" / "adapter_model.safetensors").write_bytes(weights)
+    (here / "kept" / "adapter_config.json").write_text("{}")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=here, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", "kept")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "kept")
+    rev = git("rev-parse", "HEAD")
+    git("rm", "-rq", "kept")  # gone from the tree, still in the commit
+    env = {**os.environ, "PART_BYTES": "4096", "STAGE_DIR": str(stage)}
+    subprocess.run(["bash", "tools/gpu/stage_adapter.sh", f"{rev}:kept", "round3"], cwd=here, env=env, check=True,
+                   capture_output=True)
+    folders = sorted(p.name for p in (here / ".gpu-adapter").iterdir())
+    assert len(folders) >= 3 and folders[0] == "a01"
+    (device / "tools").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(GPU), str(device / "tools" / "gpu")], check=True)
+
+    def carry(name: str) -> str:  # one call on the device carrying this one folder
+        subprocess.run(["rm", "-rf", str(device / ".gpu-adapter")], check=True)
+        (device / ".gpu-adapter").mkdir()
+        subprocess.run(["cp", "-r", str(here / ".gpu-adapter" / name), str(device / ".gpu-adapter" / name)], check=True)
+        return subprocess.run(["bash", "tools/gpu/vllm_judge.sh", "install"], cwd=device, env=env, check=True,
+                              capture_output=True, text=True).stdout
+
+    for i, name in enumerate(reversed(folders[1:])):
+        out = carry(name)
+        assert "missing: .gpu-adapter/a01 " in out
+        assert f"{i + 1} of {len(folders)} here" in out
+        assert not (stage / "adapters").exists()
+    out = carry("a01")
+    assert "round3.adapter.tar joined and checked" in out
+    assert (stage / "adapters" / "round3" / "adapter_model.safetensors").read_bytes() == weights
+    assert (stage / "adapters" / "round3" / "adapter_config.json").read_text() == "{}"
