@@ -4,7 +4,9 @@
 Outputs in ``ROOT/eval/<policy>/``: ``gold/`` (the evaluator's resumable run folder: the policy's raw output, its
 ``<response>``, ``<strategy>`` name and format validity per prompt), ``scored.jsonl`` (the trained judge's status and
 reward components per prompt, resumable), ``records.jsonl`` (both joined, with per-prompt ROUGE-L and length) and
-the independent scorer's rating per reply (``independent_rating``, ``independent_status``; cached in ``rated/``),
+the independent scorer's comparison of each reply with the prompt's real supporter reply (``reference``), in both
+orders (``independent_as_a``, ``independent_as_b``, ``independent_win``, ``independent_first_position``,
+``independent_status``; :func:`compeer_loop.independent.compare_replies`, cached in ``compared/``),
 ``esc.json`` (the ESC-Eval-style run's summary, from its resumable folder ``esc/``; ``esc_cards`` > 0) and
 ``done.json`` (counts). The figures and their bootstrap intervals are computed from ``records.jsonl`` by the report
 (:mod:`compeer_loop.stats`), where the metric libraries are installed (the GPU machine lacks nltk and rouge-score).
@@ -22,7 +24,7 @@ from typing import Any
 
 from cer.dialogue import Turn
 from cer.modes import JudgeMode
-from compeer_loop.independent import rate_replies, scorer_spec
+from compeer_loop.independent import compare_replies, scorer_spec
 from compeer_loop.plan import BASE_POLICY, LoopSettings, judge_servers
 from compeer_loop.prompts import CARDS_FILE, EVAL_FILE, read_jsonl
 from compeer_loop.runner import load_settings, policy_dir
@@ -173,16 +175,18 @@ async def score(records: list[dict[str, Any]], address: str, path: Path) -> dict
     return done
 
 
-async def rate(records: list[dict[str, Any]], s: LoopSettings, out: Path) -> dict[str, dict[str, Any]]:
-    """The independent scorer's 1-5 rating of every answered reply (resumable evaluator run in ``out/rated``;
-    :mod:`compeer_loop.independent`); empty when ``independent_scorer`` is ``none``."""
+async def compare(records: list[dict[str, Any]], s: LoopSettings, out: Path) -> dict[str, dict[str, Any]]:
+    """The independent scorer's comparison of every answered reply with its prompt's real supporter reply, both
+    orders (answers cached in ``out/compared``; :func:`compeer_loop.independent.compare_replies`); empty when
+    ``independent_scorer`` is ``none``."""
     spec = scorer_spec(s)
     if spec is None:
         return {}
-    run = RunDir.open(out / "rated", "rated", {"scorer": resolve_spec(spec).identity, "adapter": spec.adapter})
+    run = RunDir.open(out / "compared", "compared", {"scorer": resolve_spec(spec).identity, "adapter": spec.adapter,
+                                                     "against": "reference, both orders"})
     roles = build_roles({r: spec for r in ROLES}, run.cache_dir, s.seed)
     try:
-        return await rate_replies(records, roles.scorer, s.eval_concurrency)
+        return await compare_replies(records, roles.scorer, s.eval_concurrency)
     finally:
         await roles.aclose()
 
@@ -198,8 +202,8 @@ def evaluate_policy(root: Path, name: str) -> dict[str, Any]:
     records = asyncio.run(generate(root, s, name, out))
     address = judge_servers(s)["trained"].address
     scores = asyncio.run(score(records, address, out / "scored.jsonl"))
-    ratings = asyncio.run(rate(records, s, out))
-    joined = [{**r, **scores.get(r["id"], {}), **ratings.get(r["id"], {})} for r in records]
+    compared = asyncio.run(compare(records, s, out))
+    joined = [{**r, **scores.get(r["id"], {}), **compared.get(r["id"], {})} for r in records]
     with (out / "records.jsonl").open("w", encoding="utf-8") as fh:
         for r in joined:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")

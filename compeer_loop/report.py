@@ -138,7 +138,7 @@ def goals(figs: dict[str, dict[str, Any]], paired: dict[str, dict[str, Any]] | N
     # issue 26's goals: the independent scorer, strategy kappa, degenerate replies (seeds pooled)
     for other in ("a", "b"):
         out.append(f"(c) beats ({other}) on the independent scorer: "
-                   f"{beats(figs, 'c', other, 'independent_rating', paired)}")
+                   f"{beats(figs, 'c', other, 'independent_win_share', paired)}")
     kc, ka = figure_of(figs, "c", "strategy_kappa"), figure_of(figs, "a", "strategy_kappa")
     if kc is None or ka is None:
         out.append("strategy kappa of (c) >= 0.15 and above (a)'s: not measured")

@@ -1,8 +1,8 @@
 """The report's sections that a skeptic asks for (issue 26, item 4), from the same evaluation records as the main
 table: strategy choice beside the majority-strategy baseline and Cohen's kappa, degenerate and repeated replies, the
 training judge's total among format-valid replies only, distinct-n on the first tokens beside the full reply, a
-constant generic reply as a control row, the independent scorer's rating, and paired comparisons between arms
-(seeds pooled, the seed-to-seed spread beside them)."""
+constant generic reply as a control row, the independent scorer's win share against the real reply, and paired
+comparisons between arms (seeds pooled, the seed-to-seed spread beside them)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from evaluator.metrics import bleu2, distinct_n, rouge_l
 Figures = dict[str, dict[str, Any]]
 #: arm pairs compared (first minus second), where both were evaluated
 PAIRS = (("c", "a"), ("c", "b"), ("d", "a"), ("e", "a"), ("c", "e"), ("d", "e"), ("c", "f"))
-PAIRED_KEYS = ("strategy_correct", "rouge_l", "reward_total", "reward_total_format_ok", "independent_rating")
+PAIRED_KEYS = ("strategy_correct", "rouge_l", "reward_total", "reward_total_format_ok", "independent_win")
 NOT_VERIFIED = "judge not verified"
 
 
@@ -39,12 +39,14 @@ def constant_row(records: list[dict[str, Any]]) -> dict[str, float | None]:
 def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], labels: dict[str, str],
                   verified: dict[str, bool], first_n: int) -> str:
     """One row per policy: strategy accuracy, majority baseline, kappa, degenerate and top-reply shares, judge
-    total (all judged / format-valid only), distinct-n full and on the first ``first_n`` tokens, independent
-    rating. ``verified``: per GRPO arm, whether its judge was verified (``judge.json``)."""
+    total (all judged / format-valid only), distinct-n full and on the first ``first_n`` tokens, the independent
+    scorer's win share against the real reply with the share of its answers naming the first position and the share
+    of replies not scored. ``verified``: per GRPO arm, whether its judge was verified (``judge.json``)."""
     head = ("| policy | strategy acc. % | majority baseline % | kappa | degenerate % | most frequent reply % "
             f"| judge total (all judged) | judge total (format-valid only) | D-1 / D-1 first {first_n} "
-            f"| D-2 / D-2 first {first_n} | independent rating 1-5 (failed %) |")
-    rows = [head, "|" + "---|" * 11]
+            f"| D-2 / D-2 first {first_n} | independent: win share vs the real reply "
+            "| independent: answers naming A % / not scored % |")
+    rows = [head, "|" + "---|" * 12]
     for name, summary in figs.items():
         f = summary["figures"]
         label = labels[name] + (f" ({NOT_VERIFIED})" if verified.get(name) is False else "")
@@ -53,8 +55,8 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
                     f"{_v(f.get('reward_total'))} | {_v(f.get('reward_total_format_ok'))} | "
                     f"{_v(f.get('distinct_1'))} / {_v(f.get('distinct_1_first'))} | "
                     f"{_v(f.get('distinct_2'))} / {_v(f.get('distinct_2_first'))} | "
-                    + (f"{_v(f.get('independent_rating'))} ({_v(f.get('independent_failed'))})"
-                       if (f.get("independent_failed") or {}).get("value") is not None else "not run") + " |")
+                    + (f"{_v(f.get('independent_win_share'))} | {_v(f.get('independent_first_position'), 1)} / "
+                       f"{_v(f.get('independent_unscored'), 1)}" if _compared(f) else "not run | not run") + " |")
     return "\n".join(rows)
 
 
@@ -100,23 +102,35 @@ def paired_section(records: dict[str, list[dict[str, Any]]], seeds: dict[str, in
                           + ("n/a (one seed)" if sp["std"] is None else f"{sp['std']:.2f}") + " |")
     text = "\n".join([
         ("Per-prompt scores (" + ", ".join(f"`{k}`" for k in PER_PROMPT if k in PAIRED_KEYS) + "; strategy_correct "
-         "is 100 or 0) of two arms on the prompts both answered, seeds pooled (a pair is one prompt under one seed). "
+         "is 100 or 0; independent_win is 1, 0.5 or 0, where the independent scorer's comparison is ok) of two arms "
+         "on the prompts both answered, seeds pooled (a pair is one prompt under one seed). "
          f"Interval: the pairs resampled with replacement ({n_boot} times); p: two-sided sign-flip permutation test "
          f"({n_boot} flips). An interval that holds 0 says the arms are not told apart on that score."),
         "", *rows, "", "Seed-to-seed spread (the standard deviation of each policy's per-seed mean):", "", *spread])
     return text, out
 
 
+def _compared(f: dict[str, Any]) -> bool:
+    """Whether a policy's figures hold the independent scorer's comparisons (its not-scored share exists)."""
+    return (f.get("independent_unscored") or {}).get("value") is not None
+
+
 def independent_section(figs: Figures, scorer: str | None) -> str:
-    """The independent scorer: who it was, or that it was not run for this loop folder."""
-    ran = [p for p, s in figs.items() if (s["figures"].get("independent_failed") or {}).get("value") is not None]
+    """The independent scorer: who it was and how it scores, or that it was not run for this loop folder."""
+    ran = [p for p, s in figs.items() if _compared(s["figures"])]
     if not ran:
-        return ("Not run for this loop folder: the independent scorer (`independent_scorer`, not the training judge) "
-                "did not exist when it was evaluated, so its columns read `not run`. Every judge score in this report "
-                "is the training judge's own (circular for the arms trained against it).")
-    return (f"Independent scorer: `{scorer}` (zero-shot, a 1-5 rating of each reply's support quality; a reply "
-            "whose rating did not parse is counted as failed, never given a score). Rated: "
-            + ", ".join(ran) + ".")
+        return ("Not run for this loop folder: its evaluations hold no comparison by the independent scorer "
+                "(`independent_scorer`, not the training judge; evaluated before the scorer existed, or before it "
+                "compared replies instead of rating them 1-5), so its columns read `not run`. Every judge score in "
+                "this report is the training judge's own (circular for the arms trained against it).")
+    return (f"Independent scorer: `{scorer}`, zero-shot. It compares each reply with the real ESConv supporter reply "
+            "of the same prompt, asked twice (the reply as A, then as B; one line `Better: A` or `Better: B`): win 1 "
+            "when the reply won both orders, 0.5 when the orders split, 0 when it lost both. The win share is the mean "
+            "win over the replies scored (0.5: level with the real reply on average); a reply whose answers did not parse, or whose scorer call failed, is counted as not scored, never "
+            "given a win. Answers naming A: far from 50% is position bias, which the two orders cancel in the win "
+            "but which leaves fewer decisive pairs. The scorer was checked on valid contrast groups "
+            "(docs/evaluations/compeer-loop/scorer-check/): it ranks the real reply above worse kinds but echoes "
+            "and is weak. Compared: " + ", ".join(ran) + ".")
 
 
 def judge_verified(root: Path, arms: list[str], grpo: dict[str, bool]) -> dict[str, bool]:
@@ -134,7 +148,7 @@ def figure_of(figs: dict[str, dict[str, Any]], policy: str, key: str) -> dict[st
 
 #: a figure of the arms table -> its per-prompt score in the paired comparisons (``report_checks.paired_section``)
 PAIRED_OF = {"strategy_accuracy": "strategy_correct", "reward_total": "reward_total",
-             "independent_rating": "independent_rating"}
+             "independent_win_share": "independent_win"}
 
 
 def beats(figs: dict[str, dict[str, Any]], a: str, b: str, key: str,

@@ -11,7 +11,9 @@ never made up.
 Beside the figures (issue 26, item 4): the majority-strategy baseline on the same prompts and Cohen's kappa of the
 named strategy with the annotated one (chance-corrected: 0 for always naming one strategy), the share of degenerate
 replies and of the most frequent reply (:mod:`compeer_loop.replies`), the judge's total among format-valid replies
-only, distinct-n on the first ``N`` tokens, and the independent scorer's rating. Between two arms,
+only, distinct-n on the first ``N`` tokens, and the independent scorer's comparison with the real reply
+(:mod:`compeer_loop.independent`): the reply's win share, the share of prompts not scored and the share of the
+scorer's answers that named the first position (its position bias). Between two arms,
 :func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a pair is one
 prompt under one seed), with a paired bootstrap 95% interval of the mean difference and a sign-flip permutation
 p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed means.
@@ -74,12 +76,26 @@ def _format_ok_total(rs: Sequence[Record]) -> float | None:
                   and r.get("reward_total") is not None])
 
 
-def _independent(rs: Sequence[Record]) -> float | None:
-    return _mean([float(r["independent_rating"]) for r in rs if r.get("independent_rating") is not None])
+def _compared(rs: Sequence[Record]) -> list[Record]:
+    """The records the independent scorer compared with the real reply (a record rated 1-5 before it compared,
+    ``independent_rating``, is not one of them)."""
+    return [r for r in rs if "independent_win" in r]
 
 
-def _independent_failed(rs: Sequence[Record]) -> float | None:
-    return _mean([100.0 * (r.get("independent_rating") is None) for r in rs if "independent_status" in r])
+def win_share(rs: Sequence[Record]) -> float | None:
+    """The independent scorer's win share of the replies against the real reply: the mean of ``independent_win``
+    (1, 0.5 or 0) over the ``ok`` comparisons; a ``failed`` or ``engine_error`` one has no win and is left out."""
+    return _mean([float(r["independent_win"]) for r in _compared(rs)
+                  if r.get("independent_status") == "ok" and r["independent_win"] is not None])
+
+
+def _independent_unscored(rs: Sequence[Record]) -> float | None:
+    return _mean([100.0 * (r.get("independent_status") != "ok") for r in _compared(rs)])
+
+
+def _independent_first(rs: Sequence[Record]) -> float | None:
+    return _mean([100.0 * float(r["independent_first_position"]) for r in _compared(rs)
+                  if r.get("independent_status") == "ok" and r.get("independent_first_position") is not None])
 
 
 FIGURES: dict[str, Figure] = {
@@ -102,8 +118,9 @@ FIGURES: dict[str, Figure] = {
     "reward_preference": lambda rs: _judged(rs, "reward_preference"),
     "reward_format": lambda rs: _judged(rs, "reward_format"),
     "reward_total_format_ok": _format_ok_total,
-    "independent_rating": _independent,
-    "independent_failed": _independent_failed,
+    "independent_win_share": win_share,
+    "independent_unscored": _independent_unscored,
+    "independent_first_position": _independent_first,
     "judge_parse_failure": lambda rs: _mean([100.0 * (r.get("judge_status") == "parse_failed") for r in rs
                                               if r.get("judge_status") is not None]),
 }
@@ -112,7 +129,7 @@ FIGURES: dict[str, Figure] = {
 BIAS_SHIFTED = ("distinct_1", "distinct_2", "distinct_1_first", "distinct_2_first")
 HIGHER_IS_BETTER = ("strategy_accuracy", "bleu_2", "rouge_l", "distinct_1", "distinct_2", "format_ok",
                     "reward_total", "reward_steps", "reward_preference", "reward_format", "strategy_kappa",
-                    "distinct_1_first", "distinct_2_first", "reward_total_format_ok", "independent_rating")
+                    "distinct_1_first", "distinct_2_first", "reward_total_format_ok", "independent_win_share")
 #: first tokens of a reply that distinct-n is also computed on (the plan's ``distinct_first_tokens``)
 FIRST_TOKENS = 16
 
@@ -217,7 +234,7 @@ PER_PROMPT: dict[str, Callable[[Record], float | None]] = {
     "reward_total": lambda r: r.get("reward_total") if r.get("judge_status") == "ok" else None,
     "reward_total_format_ok": lambda r: (r.get("reward_total") if r.get("judge_status") == "ok" and r.get("format_ok")
                                          else None),
-    "independent_rating": lambda r: r.get("independent_rating"),
+    "independent_win": lambda r: r.get("independent_win") if r.get("independent_status") == "ok" else None,
 }
 
 

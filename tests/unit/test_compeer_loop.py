@@ -132,13 +132,13 @@ def test_goals_are_stated_from_the_figures() -> None:
 def test_paired_intervals_decide_the_goals_and_issue_26s_goals_are_checked() -> None:
     """Overlapping per-arm intervals but a paired interval above 0: met (the paired test is the sharper one, and it
     decides); a paired interval holding 0: missed, whatever the per-arm intervals say."""
-    figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "independent_rating": _fig(*v),
+    figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "independent_win_share": _fig(*v),
                             "strategy_kappa": _fig(k, k, k), "degenerate": _fig(dg, dg, dg)}}
             for p, v, k, dg in (("a", (10, 5, 15), 0.05, 1.0), ("b", (11, 6, 16), 0.0, 0.5),
                                 ("c", (12, 7, 17), 0.2, 3.5))}
     paired = {"c-a:strategy_correct": {"n": 585, "diff": 2.0, "lo": 0.5, "hi": 3.5, "p": 0.01},
               "c-b:reward_total": {"n": 585, "diff": 1.0, "lo": -0.2, "hi": 2.2, "p": 0.2},
-              "c-a:independent_rating": {"n": 585, "diff": 0.3, "lo": 0.1, "hi": 0.5, "p": 0.001}}
+              "c-a:independent_win": {"n": 585, "diff": 0.3, "lo": 0.1, "hi": 0.5, "p": 0.001}}
     out = goals(figs, paired)
     assert out[0].startswith("(c) beats (a) on strategy accuracy: met: (c) - (a) = 2.00, paired 95% interval")
     assert "intervals overlap" in goals(figs)[0]  # without the paired figures: the old, blunter rule

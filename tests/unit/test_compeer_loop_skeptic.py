@@ -1,16 +1,13 @@
 """Issue 26 item 4, the evaluation a skeptic accepts: kappa (one definition, cer.agreement), the majority-strategy
 baseline, degenerate and repeated replies, the judge total among format-valid replies, distinct-n on the first
-tokens, the constant-reply control, paired comparisons with seeds pooled, the independent scorer (plan check, strict
-rating parse, the FAKE engine only) and the report's "judge not verified"."""
+tokens, the constant-reply control, paired comparisons with seeds pooled, the independent scorer's plan check (its
+comparisons: test_compeer_loop_independent.py) and the report's "judge not verified"."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
 from cer.agreement import kappa, label_matrix
-from compeer_loop.independent import parse_rating, rate_replies
 from compeer_loop.plan import NO_SCORER, LoopSettings
 from compeer_loop.replies import CONSTANT_REPLY, first_tokens, is_degenerate, mark_reply, top_reply_share
 from compeer_loop.report_checks import NOT_VERIFIED, constant_row, independent_section, skeptic_table
@@ -23,8 +20,6 @@ from compeer_loop.stats import (
     strategy_kappa,
     summarise,
 )
-from evaluator.backends import roles_from_engines
-from tests.fake_engine import FakeEngine
 
 HISTORY = [{"role": "seeker", "text": "I lost my job last week and I cannot sleep."}]
 
@@ -116,37 +111,6 @@ def test_plan_refuses_a_training_judge_as_independent_scorer() -> None:
     old = LoopSettings().to_json()
     del old["independent_scorer"]
     assert LoopSettings.from_json(old).independent_scorer == NO_SCORER  # an old plan did not run it
-
-
-def test_rating_parse_is_strict() -> None:
-    assert parse_rating("Rating: 4") == 4
-    assert parse_rating("rating : 1\n") == 1
-    for bad in ("Rating: 7", "Rating: 0", "4", "Rating: 3\nRating: 5", "I would give it a 4", ""):
-        assert parse_rating(bad) is None, bad
-
-
-def test_rate_replies_with_the_fake_engine_records_failures_without_a_score() -> None:
-    def answer(messages, params) -> str:
-        return "Rating: 2" if "comforting stage" in messages[-1]["content"] else "It is a fine reply."
-
-    engine = FakeEngine(answer)
-    roles = roles_from_engines({"model": engine, "simulator": engine, "scorer": engine})
-    recs = [_rec(0, None, "Q", text="I would place this in the comforting stage."), _rec(1, None, "Q"),
-            {"id": "p2", "status": "failed"}]
-
-    async def go() -> dict:
-        try:
-            return await rate_replies(recs, roles.scorer)
-        finally:
-            await roles.aclose()
-
-    out = asyncio.run(go())
-    assert set(out) == {"p0", "p1"}  # the unanswered prompt is not rated
-    assert out["p0"]["independent_rating"] == 2 and out["p0"]["independent_status"] == "ok"
-    assert out["p1"]["independent_rating"] is None and out["p1"]["independent_status"] == "failed"
-    rated = [{**r, **out[r["id"]]} for r in recs[:2]]
-    assert FIGURES["independent_rating"](rated) == pytest.approx(2.0)
-    assert FIGURES["independent_failed"](rated) == pytest.approx(50.0)
 
 
 def test_report_table_says_judge_not_verified_and_not_run() -> None:

@@ -1,6 +1,7 @@
 """Is the loop's independent scorer informative? (issue 26, item 4: a scorer a skeptic accepts must itself tell a
-better supporter reply from a worse one.) Rates, with `compeer_loop.independent` exactly as the loop does (the same
-prompt, strict `Rating: N` parse, a failed parse recorded as failed), the real supporter reply of each valid contrast
+better supporter reply from a worse one.) Rates, as the loop's scorer did before it compared (the same prompt,
+strict `Rating: N` parse, a failed parse recorded as failed: `rating_messages`, `parse_rating`, `rate_replies` below,
+moved here unchanged from `compeer_loop.independent`), the real supporter reply of each valid contrast
 group and each of its negatives that differ in the reply (`compeer-data contrast --pool eval`: degenerate, generic,
 dismissive, echo, another round's and another dialogue's real reply, the policy-made kinds), then per kind the AUC of
 the rating (real reply vs negative, ties half), the within-group win / tie / loss shares and the rating counts.
@@ -11,7 +12,8 @@ the rating (real reply vs negative, ties half), the within-group win / tie / los
 --pairwise: instead of a 1-5 rating of each reply alone, the same model compares the real reply with each negative,
 `Better: A` or `Better: B`, in both orders (position bias cancels); the real reply's score in a pair is its wins
 (0, 1 or 2 of 2), and the kind's "AUC" is the mean share won (ties = one win each way = 0.5). Written once and run
-once on these groups (nothing tuned on them).
+once on these groups (nothing tuned on them). Its prompt, parse and order swap are the loop's scorer now
+(`compeer_loop.independent`: `pair_messages`, `parse_better`, `ask_both_orders`).
 
 GROUPS.jsonl: `bash tools/gpu/esconv_data.sh ../shared/data/esconv W` -> W/contrast/groups.jsonl (the valid split)."""
 from __future__ import annotations
@@ -22,17 +24,62 @@ import json
 import re
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cer.reasoning import parse
-from compeer_loop.independent import RUBRIC, conversation_text, rate_replies
-from evaluator.backends import ModelSpec, build_roles
+from compeer_loop.independent import RUBRIC, ask_both_orders, conversation_text, win_value
+from evaluator.backends import ChatRole, EngineError, ModelSpec, build_roles
 from reward_trainer.contrast import summarise
 
 #: the negatives whose reply differs from the real turn's (the others change only the reasoning parts)
 REPLY_KINDS = ("degenerate", "generic", "dismissive", "echo", "other_round", "other_dialogue", "policy_degenerate",
                "policy_generic", "policy_echo")
+
+
+RATING_MIN, RATING_MAX = 1, 5
+_RATING = re.compile(r"^\s*rating\s*:\s*(\d+)\s*$", re.IGNORECASE | re.MULTILINE)
+SYSTEM = ("You rate replies in emotional-support conversations. You are strict and use the whole scale. Answer with "
+          "exactly one line: `Rating: N`, N from 1 to 5.")
+
+
+def parse_rating(text: str) -> int | None:
+    """N of the answer's one ``Rating: N`` line, when N is in 1-5; None for no such line, several, or N outside."""
+    hits = _RATING.findall(text)
+    if len(hits) != 1:
+        return None
+    value = int(hits[0])
+    return value if RATING_MIN <= value <= RATING_MAX else None
+
+
+def rating_messages(history: Sequence[dict[str, Any]], reply: str) -> list[dict[str, str]]:
+    """The zero-shot rating prompt of one reply in its conversation."""
+    user = (f"Conversation so far:\n{conversation_text(history)}\n\nThe supporter's next reply:\n{reply}\n\nRate how well this reply "
+            f"supports the seeker. {RUBRIC}\nAnswer `Rating: N`.")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+async def rate_replies(records: Sequence[dict[str, Any]], scorer: ChatRole,
+                       concurrency: int = 16) -> dict[str, dict[str, Any]]:
+    """Per answered record id: ``independent_rating`` (None when failed), ``independent_status`` (``ok`` |
+    ``failed`` | ``engine_error``) and the scorer's identity."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(r: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        async with gate:
+            try:
+                done = await scorer.ask(rating_messages(r.get("history") or [], str(r.get("text", ""))),
+                                        parse_rating, f"rate-{r['id']}")
+            except EngineError as exc:  # an engine failure: recorded, the rating stays absent
+                return r["id"], {"independent_rating": None, "independent_status": "engine_error",
+                                 "independent_error": str(exc)[:200], "independent_scorer": scorer.identity}
+        status = "ok" if done.value is not None else "failed"
+        return r["id"], {"independent_rating": done.value, "independent_status": status,
+                         "independent_scorer": scorer.identity}
+
+    pairs = await asyncio.gather(*(one(r) for r in records if r.get("status") == "ok"))
+    return dict(pairs)
 
 
 def records(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -60,37 +107,16 @@ def summary(groups: int, rated: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-PAIR_SYSTEM = ("You compare two replies in an emotional-support conversation. Answer with exactly one line: "
-               "`Better: A` or `Better: B`.")
-_BETTER = re.compile(r"^\s*better\s*:\s*([AB])\s*$", re.IGNORECASE | re.MULTILINE)
-
-
-def parse_better(text: str) -> str | None:
-    """A or B from the answer's one ``Better: X`` line; None otherwise (recorded as failed, never guessed)."""
-    hits = _BETTER.findall(text)
-    return hits[0].upper() if len(hits) == 1 else None
-
-
-def pair_messages(history: list[dict[str, Any]], a: str, b: str) -> list[dict[str, str]]:
-    user = (f"Conversation so far:\n{conversation_text(history)}\n\nReply A:\n{a}\n\nReply B:\n{b}\n\nWhich reply supports the seeker "
-            f"better? {RUBRIC}\nAnswer `Better: A` or `Better: B`.")
-    return [{"role": "system", "content": PAIR_SYSTEM}, {"role": "user", "content": user}]
-
-
 async def compare(recs: list[dict[str, Any]], scorer: Any) -> dict[str, dict[str, Any]]:
     """Per negative record id: the real reply's wins over it in both orders (None when an answer failed)."""
     real = {r["id"].split(":")[0]: r for r in recs if r["id"].endswith(":positive")}
     gate = asyncio.Semaphore(16)
 
-    async def ask(msgs: list[dict[str, str]], rid: str) -> str | None:
-        async with gate:
-            return (await scorer.ask(msgs, parse_better, rid, regex=r"Better: (A|B)")).value
-
     async def one(r: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         pos = real[r["id"].split(":")[0]]
-        first, second = await asyncio.gather(ask(pair_messages(r["history"], pos["text"], r["text"]), r["id"] + "/ab"),
-                                             ask(pair_messages(r["history"], r["text"], pos["text"]), r["id"] + "/ba"))
-        wins = None if first is None or second is None else (first == "A") + (second == "B")
+        first, second = await ask_both_orders(scorer, r["history"], pos["text"], r["text"], r["id"], gate)
+        won = win_value(first, second)  # the real reply's share of the two orders
+        wins = None if won is None else int(2 * won)
         return r["id"], {"real_first": first, "real_second": second, "real_wins": wins}
 
     negs = [r for r in recs if not r["id"].endswith(":positive") and r["id"].split(":")[0] in real]
