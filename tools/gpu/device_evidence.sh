@@ -44,16 +44,16 @@ take_parts() {  # the GGUF and MiniLM parts (and their counts) of whichever stag
   [ -z "$(missing_minilm_parts)" ] && [ ! -f "$S"/minilm-q8.tar.xz ] && cat "$S"/minilm-q8.tar.xz.part-* > "$S"/minilm-q8.tar.xz
   return 0
 }
-missing_minilm_parts() {  # the carry folders (tools/gpu/stage.sh's c6 ..) whose MiniLM part is not here yet
-  local n i; [ -f "$S"/minilm.parts ] || { echo ".gpu-policy/c6 .."; return 0; }
-  read -r n < "$S"/minilm.parts
-  for i in $(seq 0 $((n - 1))); do [ -f "$(printf '%s/minilm-q8.tar.xz.part-%02d' "$S" "$i")" ] || printf '.gpu-policy/c%s ' $((i + 6)); done
+missing_parts() {  # missing_parts NAME LETTER FIRST COUNT: the carry folders LETTER<FIRST> .. (stage.sh) whose part
+  # NAME.part-KK is not here yet, by the count in the file COUNT (stage.sh's gguf.parts, minilm.parts)
+  local name=$1 letter=$2 first=$3 count=$4 n i
+  [ -f "$S/$count" ] || { echo ".gpu-policy/$letter$first .."; return 0; }
+  read -r n < "$S/$count"
+  for i in $(seq 0 $((n - 1))); do
+    [ -f "$(printf '%s/%s.part-%02d' "$S" "$name" "$i")" ] || printf '.gpu-policy/%s%s ' "$letter" $((i + first)); done
 }
-missing_gguf_parts() {  # the carry folders (tools/gpu/stage.sh's g1 .. gN) whose GGUF part is not here yet
-  local n i; [ -f "$S"/gguf.parts ] || { echo ".gpu-policy/g1 .. gN"; return 0; }
-  read -r n < "$S"/gguf.parts
-  for i in $(seq 0 $((n - 1))); do [ -f "$(printf '%s/gguf.part-%02d' "$S" "$i")" ] || printf '.gpu-policy/g%s ' $((i + 1)); done
-}
+missing_minilm_parts() { missing_parts minilm-q8.tar.xz c 6 minilm.parts; }  # stage.sh's c6 ..
+missing_gguf_parts() { missing_parts gguf g 1 gguf.parts; }  # stage.sh's g1 .. gN
 join_gguf() {  # the default GGUF (SmolLM2-135M-Instruct Q4_1) joined from its parts and checked, once
   [ -f "$S"/SmolLM2-135M-Instruct.Q4_1.gguf ] && return 0
   local missing; missing=$(missing_gguf_parts)

