@@ -344,3 +344,51 @@ def test_an_adapter_from_history_travels_in_parts_and_is_unpacked_once_all_are_i
     assert "round3.adapter.tar joined and checked" in out
     assert (stage / "adapters" / "round3" / "adapter_model.safetensors").read_bytes() == weights
     assert (stage / "adapters" / "round3" / "adapter_config.json").read_text() == "{}"
+
+
+def test_slim_sets_the_figures_and_adapters_aside_and_restores_them_byte_for_byte(tmp_path: Path) -> None:
+    """``slim.sh hide`` takes the committed files of ``SLIM_PATHS`` out of the tree that travels (so the staging parts
+    can be larger) without git seeing them as deleted, refuses to hide twice or to hide uncommitted work, and
+    ``restore`` brings back the same bytes with git's view of them unchanged."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    def slim(action: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(["bash", "tools/gpu/slim.sh", action], cwd=tmp_path, capture_output=True, text=True,
+                              check=False)
+        assert (done.returncode == 0) is ok, done.stderr
+        return done
+
+    (tmp_path / "tools" / "gpu").mkdir(parents=True)
+    for name in ("slim.sh", "carry.sh"):
+        (tmp_path / "tools" / "gpu" / name).write_text((GPU / name).read_text())
+    aside = {"judge/adapters/a/adapter_model.safetensors": os.urandom(300_000),
+             "docs/runs/r/completions.jsonl.xz": os.urandom(200_000), "docs/evaluations/e/report.md": b"figures\n"}
+    stays = {"judge/adapters/a/adapter_config.json": b"{}\n", "docs/gpu.md": b"calls\n", "judge/x.py": b"x = 1\n"}
+    for rel, data in {**aside, **stays}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t")
+
+    def tree() -> int:
+        return int(subprocess.run(["bash", "-c", f". {GPU / 'carry.sh'}; tree_bytes"], cwd=tmp_path,
+                                  capture_output=True, text=True, check=True).stdout)
+
+    whole = tree()
+    (tmp_path / "docs/runs/r/new.txt").write_text("not committed yet")
+    assert "commit or move" in slim("hide", ok=False).stderr  # uncommitted work under SLIM_PATHS is never set aside
+    (tmp_path / "docs/runs/r/new.txt").unlink()
+    slim("hide")
+    assert not any((tmp_path / rel).exists() for rel in aside) and all((tmp_path / rel).exists() for rel in stays)
+    assert tree() < whole - 500_000
+    assert git("status", "--porcelain") == ""  # the hidden archive is ignored; nothing reads as deleted
+    git("add", "-A")
+    assert git("diff", "--cached", "--name-only") == ""  # `git add -A` cannot record the set-aside files as deleted
+    assert "already hidden" in slim("hide", ok=False).stderr
+    slim("restore")
+    assert all((tmp_path / rel).read_bytes() == data for rel, data in {**aside, **stays}.items())
+    assert git("status", "--porcelain") == "" and tree() == whole
+    assert not [line for line in git("ls-files", "-v").splitlines() if line.startswith("S ")]  # skip-worktree cleared
+    assert "nothing hidden" in slim("restore").stdout

@@ -10,6 +10,9 @@ tree_bytes() {  # the disk usage of the tree that travels with every call (a tra
 folder_bytes() {  # the disk usage of one carry folder ($1)
   du -s -B1 "$1" | cut -f1
 }
+# What tools/gpu/slim.sh sets aside while parts are carried: the shipped adapters' weights and the committed figures
+# (none is read by `vllm_judge.sh install`); git pathspecs.
+SLIM_PATHS=(':(glob)judge/adapters/*/adapter_model.safetensors' docs/runs docs/evaluations)
 CALL_BYTES=$(( 64 * 1048576 ))  # what one call carries, the tree included
 part_bytes() {  # PART_BYTES if set, else a call less the tree ($1, else counted here) and 2 MiB
   echo "${PART_BYTES:-$(( CALL_BYTES - ${1:-$(tree_bytes)} - 2 * 1048576 ))}"

@@ -10,6 +10,7 @@
 #   .gpu-policy/c6 (.. c7 ..): all-MiniLM-L6-v2 with its 2-D weights as int8 rows (dequantised on the device), xz'd
 #     and split in parts of PART_BYTES, each folder with minilm.parts (N); one folder (c6) while the tree left room
 # Every folder is checked against the limit here, so that a call is never refused on the GPU side for its size.
+# `bash tools/gpu/slim.sh hide` first makes the tree that travels smaller and so the parts larger (docs/gpu.md).
 # The device side copies what a call carries and checks the joined file's sha256. The folders are ignored by git
 # (/.gpu-policy/ in .git/info/exclude, added here).
 set -euo pipefail
