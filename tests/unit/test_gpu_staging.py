@@ -392,3 +392,20 @@ def test_slim_sets_the_figures_and_adapters_aside_and_restores_them_byte_for_byt
     assert git("status", "--porcelain") == "" and tree() == whole
     assert not [line for line in git("ls-files", "-v").splitlines() if line.startswith("S ")]  # skip-worktree cleared
     assert "nothing hidden" in slim("restore").stdout
+
+
+def test_stage_on_a_slimmed_tree_says_to_restore_first(tmp_path: Path) -> None:
+    """``vllm_judge.sh stage`` merges the shipped adapters: on a tree whose weights ``slim.sh`` set aside it stops at
+    once and names the command that brings them back, instead of failing later in the merge."""
+    (tmp_path / "tools" / "gpu").mkdir(parents=True)
+    (tmp_path / "tools" / "gpu" / "vllm_judge.sh").write_text((GPU / "vllm_judge.sh").read_text())
+    (tmp_path / "judge" / "adapters" / "a").mkdir(parents=True)
+    (tmp_path / "judge" / "adapters" / "a" / "adapter_config.json").write_text("{}")
+    env = {**os.environ, "STAGE_DIR": str(tmp_path / "stage")}
+    done = subprocess.run(["bash", "tools/gpu/vllm_judge.sh", "stage"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 1 and "slim.sh restore" in done.stderr
+    (tmp_path / "judge" / "adapters" / "a" / "adapter_model.safetensors").write_bytes(b"weights")
+    done = subprocess.run(["bash", "tools/gpu/vllm_judge.sh", "stage"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, check=False)
+    assert "slim.sh restore" not in done.stderr  # past the check (vLLM is not installed here, so it stops there)
