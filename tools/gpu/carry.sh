@@ -13,6 +13,11 @@ folder_bytes() {  # the disk usage of one carry folder ($1)
 # What tools/gpu/slim.sh sets aside while parts are carried: the shipped adapters' weights and the committed figures
 # (none is read by `vllm_judge.sh install`); git pathspecs.
 SLIM_PATHS=(':(glob)judge/adapters/*/adapter_model.safetensors' docs/runs docs/evaluations)
+ignore_here() {  # ignore_here DIR: git ignores the staging folder /DIR/ in this checkout (.git/info/exclude; in a
+  # worktree the main repository's, which worktrees share), once
+  local x; x=$(git rev-parse --git-path info/exclude)
+  grep -qx "/$1/" "$x" 2>/dev/null || { mkdir -p "$(dirname "$x")"; echo "/$1/" >> "$x"; }
+}
 CALL_BYTES=$(( 64 * 1048576 ))  # what one call carries, the tree included
 part_bytes() {  # PART_BYTES if set, else a call less the tree ($1, else counted here) and 2 MiB
   echo "${PART_BYTES:-$(( CALL_BYTES - ${1:-$(tree_bytes)} - 2 * 1048576 ))}"

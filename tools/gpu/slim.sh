@@ -14,7 +14,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tools/gpu/carry.sh  # SLIM_PATHS, tree_bytes
 H=.gpu-hidden
-X=$(git rev-parse --git-path info/exclude)  # in a worktree: the main repository's (shared) exclude file
 mb() { awk -v b="$1" 'BEGIN {printf "%.1f MB", b / 1e6}'; }
 
 case "${1:?hide|restore|status}" in
@@ -23,7 +22,7 @@ hide)
   changed=$(git status --porcelain --untracked-files=all -- "${SLIM_PATHS[@]}")
   [ -z "$changed" ] || { echo "slim: commit or move these first (only committed files are set aside):" >&2
                          echo "$changed" | head -n 10 >&2; exit 1; }
-  grep -qx "/$H/" "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo "/$H/" >> "$X"; }
+  ignore_here "$H"
   before=$(tree_bytes)
   mkdir -p "$H"
   git ls-files -z -- "${SLIM_PATHS[@]}" > "$H/files"

@@ -23,8 +23,7 @@ mkdir -p "$OUT/c1/whl"
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
 TREE=$(tree_bytes)
 PART_BYTES=$(part_bytes "$TREE")
-X=$(git rev-parse --git-path info/exclude)  # in a worktree: the main repository's (shared) exclude file
-grep -qx '/.gpu-policy/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-policy/' >> "$X"; }
+ignore_here .gpu-policy
 
 WHEELS=(trl datasets dill multiprocess gguf fastapi starlette pydantic pydantic_core annotated-types
         typing-inspection uvicorn cachetools grpcio grpcio-health-checking grpcio-reflection protobuf xgrammar

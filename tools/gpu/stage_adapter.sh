@@ -15,8 +15,7 @@ SRC=${1:?REV:PATH or a folder} NAME=${2:?the adapter folder name on the device}
 OUT=.gpu-adapter
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
 PART_BYTES=$(part_bytes)
-X=$(git rev-parse --git-path info/exclude)
-grep -qx '/.gpu-adapter/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-adapter/' >> "$X"; }
+ignore_here .gpu-adapter
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/$NAME"

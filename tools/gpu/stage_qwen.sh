@@ -18,8 +18,7 @@ BASE=${1:-qwen2.5-coder-1.5b}
 OUT=.gpu-qwen
 . tools/gpu/carry.sh  # tree_bytes / part_bytes: one rule for every carry folder
 PART_BYTES=$(part_bytes)
-X=$(git rev-parse --git-path info/exclude)
-grep -qx '/.gpu-qwen/' "$X" 2>/dev/null || { mkdir -p "$(dirname "$X")"; echo '/.gpu-qwen/' >> "$X"; }
+ignore_here .gpu-qwen
 read -r NAME SHA SIZE < <("$PY" - "$BASE" "$OUT" <<'PY'
 import sys
 from pathlib import Path
@@ -41,7 +40,7 @@ echo "$N carry folders: $OUT/q01 .. $(printf 'q%02d' "$N") ($SIZE bytes, sha256 
 # the ESConv valid split for the benchmarks that judge real rounds on the device (vllm_judge.sh rounds): .gpu-esconv
 # (ignored too; the corpus is CC BY-NC and never committed)
 E=${ESCONV_DIR:-../shared/data/esconv}
-grep -qx '/.gpu-esconv/' "$X" || echo '/.gpu-esconv/' >> "$X"
+ignore_here .gpu-esconv
 if [ -f "$E"/valid.json ]; then
   mkdir -p .gpu-esconv && xz -9 -c "$E"/valid.json > .gpu-esconv/valid.json.xz && echo ".gpu-esconv/valid.json.xz from $E"
 else

@@ -37,8 +37,7 @@ PINS=(
   torch-c-dlpack-ext==0.1.5
 )
 mkdir -p "$OUT/whl"
-EXCLUDE=$(git rev-parse --git-path info/exclude)  # a worktree's too
-grep -qx '/.gpu-vllm/' "$EXCLUDE" 2>/dev/null || { mkdir -p "$(dirname "$EXCLUDE")"; echo '/.gpu-vllm/' >> "$EXCLUDE"; }
+ignore_here .gpu-vllm
 
 download() {  # Python 3.12, manylinux x86_64 (the GPU machines), binary wheels only, no dependencies
   # the machine-wide pip constraints cap torch only; no pin here touches it
