@@ -35,6 +35,7 @@ from evaluator.gold import GoldConfig, run_turn
 from evaluator.inputs import GoldTurn, load_cards
 from evaluator.prompts import load_prompts
 from evaluator.runs import RunDir, run_items
+from judge.bases import BASES
 from judge.device import dtype_name, resolve_device_dtype
 from judge.model_store import DEFAULT_MODEL, resolve_model
 from reward_server.client import RewardCallError, RewardClient
@@ -50,7 +51,9 @@ def _dtype(s: LoopSettings) -> str:
 
 
 def _base_path(s: LoopSettings) -> str:
-    return resolve_model(s.policy_model, _dtype(s)).path if s.policy_model == DEFAULT_MODEL else s.policy_model
+    """The policy's base folder: ``default`` and base names resolved by the model store, a folder as given."""
+    named = s.policy_model == DEFAULT_MODEL or s.policy_model in BASES
+    return resolve_model(s.policy_model, _dtype(s)).path if named else s.policy_model
 
 
 def merged_policy(adapter: Path, base: str, target: Path, dtype: str) -> Path:

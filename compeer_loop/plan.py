@@ -82,7 +82,8 @@ class LoopSettings:
     steps: int = field(default=30, metadata=_help("GRPO optimizer steps of every GRPO arm"))
     seed: int = field(default=0, metadata=_help("seed of every arm (sampling, data order, LoRA init)"))
     profile: str = field(default="gpu-paper", metadata=_help("policy_trainer profile (gpu-paper, cpu-smoke, a YAML)"))
-    policy_model: str = field(default="default", metadata=_help("`default` (SmolLM2-135M-Instruct) or an HF folder"))
+    policy_model: str = field(default="default", metadata=_help(
+        "`default` (SmolLM2-135M-Instruct), a base name of judge/bases.py (qwen2.5-coder-1.5b) or an HF folder"))
     device: str = field(default="cuda", metadata=_help("device of the reward servers and the evaluation: cuda | cpu"))
     learning_rate: float = field(default=2.0e-5, metadata=_help("GRPO learning rate (LoRA of a 135M policy)"))
     max_completion_length: int = field(default=256, metadata=_help(

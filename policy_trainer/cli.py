@@ -37,7 +37,8 @@ class GrpoFlags:
     reward_tls_ca: str | None = setting(None, help="PEM CA of the reward service's certificate (turns TLS on)")
     reward_tls_cert: str | None = setting(None, help="PEM client certificate (mutual TLS); needs --reward-tls-key")
     reward_tls_key: str | None = setting(None, help="PEM private key of --reward-tls-cert")
-    policy_model: str | None = setting(None, help="policy: `default` or a local HF folder (required by gpu-paper)")
+    policy_model: str | None = setting(None, help="policy: `default`, a base name (qwen2.5-coder-1.5b) or a local HF "
+                                                   "folder (required by gpu-paper)")
     prompt_set: str | None = setting(None, help="`smoke`, a datasets folder from `compeer-data emit`, or a JSONL "
                                                 "file")
     resume: bool = setting(False, help="continue from the last checkpoint in --out")

@@ -151,8 +151,9 @@ class CompeerGRPOConfig(GRPOConfig):
     # ---- policy --------------------------------------------------------------------------------------------------
     policy_model: str | None = field(
         default="default",
-        metadata={"help": "The policy: `default` (the embedded SmolLM2-135M-Instruct) or a local HF folder. "
-                          "Nothing is downloaded."},
+        metadata={"help": "The policy: `default` (the embedded SmolLM2-135M-Instruct), a named base of "
+                          "judge/bases.py (e.g. qwen2.5-coder-1.5b, converted once like the judge's) or a local HF "
+                          "folder. Nothing is downloaded."},
     )
     policy_dtype: str = field(
         default="float32",

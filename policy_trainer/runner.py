@@ -109,7 +109,8 @@ def lora_config(cfg: CompeerGRPOConfig) -> LoraConfig | None:
 
 
 def load_policy(cfg: CompeerGRPOConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
-    """The policy model and tokenizer from ``cfg.policy_model`` (``default`` or a local folder); never downloads."""
+    """The policy model and tokenizer from ``cfg.policy_model`` (``default``, a base name or a local folder:
+    :func:`judge.model_store.resolve_model`); never downloads."""
     assert cfg.policy_model is not None  # validated by the config
     ref = resolve_model(cfg.policy_model, dtype=cfg.policy_dtype)
     dtype = getattr(torch, cfg.policy_dtype)

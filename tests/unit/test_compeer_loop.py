@@ -632,3 +632,25 @@ def test_the_esc_section_names_dimensions_the_scorer_gave_one_score_everywhere(t
     notes = [line for line in text.splitlines() if line.startswith("- ")]
     assert len(notes) == 2 and all("at least 90% of the dialogues on Fluency, Empathy;" in n for n in notes)
     assert notes[0].startswith("- base (no training): ") and not any("Skill" in n for n in notes)
+
+
+def test_the_evaluation_loads_a_named_policy_base_from_the_model_store(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--policy-model qwen2.5-coder-1.5b` trains through the model store (resolve_model); the evaluation merges each
+    arm's LoRA into the same folder, not into a path called "qwen2.5-coder-1.5b". A folder is taken as given."""
+    from compeer_loop import evaluate
+    from judge.model_store import ModelRef
+
+    asked: list[str] = []
+
+    def fake_resolve(spec: str, dtype: str = "float32") -> ModelRef:
+        asked.append(spec)
+        return ModelRef(str(tmp_path / f"models/{spec}-{dtype}"), spec, "rev")
+
+    monkeypatch.setattr(evaluate, "resolve_model", fake_resolve)
+    for name in ("default", "qwen2.5-coder-1.5b"):
+        s = LoopSettings(prompts=str(tmp_path), policy_model=name, device="cpu")
+        assert evaluate._base_path(s) == str(tmp_path / f"models/{name}-float32")
+    folder = LoopSettings(prompts=str(tmp_path), policy_model=str(tmp_path / "my-policy"), device="cpu")
+    assert evaluate._base_path(folder) == str(tmp_path / "my-policy")
+    assert asked == ["default", "qwen2.5-coder-1.5b"]

@@ -30,7 +30,11 @@
 #            the others (or WARMUP_FROM's, a run folder of an earlier call, to all), STEPS each; summaries (-off,
 #            -same_step, -next_step), metrics, plots and logs in plots-logs.tar.xz. TRAIN_ARGS: more policy_trainer
 #            options for every run; PROMPTS=esconv (carry .gpu-loop, from compeer_loop.sh pack): the GRPO prompts and
-#            warm-up rows are the loop's ESConv train sets (real conversations) instead of the profile's smoke set
+#            warm-up rows are the loop's ESConv train sets (real conversations) instead of the profile's smoke set;
+#            RESUME=1: each run continues from its last checkpoint in /tmp/run-<arm> (an earlier call on this machine
+#            cut off by its budget) instead of starting again
+# POLICY_MODEL (run, generation, overlap): the policy, a folder or a base name of judge/bases.py (qwen2.5-coder-1.5b:
+#            the 1.5B judge's base, which tools/gpu/vllm_judge.sh stage converted); default /tmp/smollm2 (SmolLM2-135M)
 # prepare (once per machine): the GGUF parts and all-MiniLM-L6-v2 stored as int8 rows -> /tmp/smollm2 (bf16 HF
 # folder) and MiniLM dequantised to fp32
 set -uo pipefail
@@ -150,8 +154,10 @@ stop_server() { kill -TERM "$SERVER"; wait "$SERVER"; }
 train() {  # train DIR BUDGET_S [more policy_trainer args]: the GRPO run of this evidence (warm-up included)
   local dir=$1 budget=$2; shift 2
   echo "training budget ${budget} s ($dir)" >&2
+  # a base name as policy is resolved by the model store, in the cache tools/gpu/vllm_judge.sh stage converted into
+  export COMPEER_CACHE=${COMPEER_CACHE:-/tmp/compeer-cache} COMPEER_GGUF_DIR=${COMPEER_GGUF_DIR:-$S}
   timeout "$budget" python3 -m policy_trainer.cli grpo --config gpu-paper \
-    --policy-model /tmp/smollm2 --reward-server 127.0.0.1:50051 --out "$dir" --max-steps "${STEPS:-24}" \
+    --policy-model "${POLICY_MODEL:-/tmp/smollm2}" --reward-server 127.0.0.1:50051 --out "$dir" --max-steps "${STEPS:-24}" \
     --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \
     --set sft_warmup_steps=80 --set sft_warmup_learning_rate=3.0e-4 --set save_steps=12 --set disable_tqdm=true \
     "$@"
@@ -272,13 +278,17 @@ overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call 
   # cache would answer the second run's every call from the first's judgments (it did on 2026-11-29)
   JUDGE_CACHE=${JUDGE_CACHE:-off} JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
   for i in "${!arms[@]}"; do
-    arm=${arms[$i]} left=$(( ${#arms[@]} - i ))
-    rm -rf /tmp/run-"$arm"
-    # the first run's warm-up, or WARMUP_FROM's (a run of an earlier call on this machine) for every run
-    from=$( [ -n "${WARMUP_FROM:-}" ] && echo /tmp/warmup-from || { (( i > 0 )) && echo /tmp/run-"${arms[0]}"; })
-    [ -n "$from" ] && { reuse_warmup "$from" /tmp/run-"$arm" || exit 1; }
+    arm=${arms[$i]} left=$(( ${#arms[@]} - i )) resume=()
+    if [ "${RESUME:-0}" = 1 ] && [ -d /tmp/run-"$arm" ]; then
+      resume=(--resume)  # its warm-up adapter and checkpoints are in the folder (the earlier call's log came back then)
+    else
+      rm -rf /tmp/run-"$arm"
+      # the first run's warm-up, or WARMUP_FROM's (a run of an earlier call on this machine) for every run
+      from=$( [ -n "${WARMUP_FROM:-}" ] && echo /tmp/warmup-from || { (( i > 0 )) && echo /tmp/run-"${arms[0]}"; })
+      [ -n "$from" ] && { reuse_warmup "$from" /tmp/run-"$arm" || exit 1; }
+    fi
     train_vllm /tmp/run-"$arm" "$(( $(budget_left) / left ))" --set reward_overlap="$arm" "${extra[@]}" ${TRAIN_ARGS:-} \
-      > "$OUT"/train-"$arm".log 2>&1
+      "${resume[@]}" > "$OUT"/train-"$arm".log 2>&1
     echo "reward_overlap $arm: train exit $?"
     collect /tmp/run-"$arm" -"$arm"
   done
