@@ -35,9 +35,8 @@ from evaluator.gold import GoldConfig, run_turn
 from evaluator.inputs import GoldTurn, load_cards
 from evaluator.prompts import load_prompts
 from evaluator.runs import RunDir, run_items
-from judge.bases import BASES
 from judge.device import dtype_name, resolve_device_dtype
-from judge.model_store import DEFAULT_MODEL, resolve_model
+from judge.model_store import is_named_model, resolve_model
 from reward_server.client import RewardCallError, RewardClient
 from reward_server.types import ErrorInfo, GroupRequest, ScoreOptions
 
@@ -52,8 +51,7 @@ def _dtype(s: LoopSettings) -> str:
 
 def _base_path(s: LoopSettings) -> str:
     """The policy's base folder: ``default`` and base names resolved by the model store, a folder as given."""
-    named = s.policy_model == DEFAULT_MODEL or s.policy_model in BASES
-    return resolve_model(s.policy_model, _dtype(s)).path if named else s.policy_model
+    return resolve_model(s.policy_model, _dtype(s)).path if is_named_model(s.policy_model) else s.policy_model
 
 
 def merged_policy(adapter: Path, base: str, target: Path, dtype: str) -> Path:

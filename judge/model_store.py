@@ -219,6 +219,12 @@ def resolve_model(spec: str, dtype: str = "float32") -> ModelRef:
     return ModelRef(str(path), path.name, f"weights-sha256:{weights_digest(path)[:16]}")
 
 
+def is_named_model(spec: str) -> bool:
+    """True when ``spec`` names a model the store prepares (``default`` or a base of :data:`judge.bases.BASES`), not
+    a folder."""
+    return spec == DEFAULT_MODEL or spec in BASES
+
+
 def judge_base_name(model: str, device: str) -> str | None:
     """The base name ``--model`` stands for when a judge is served on ``device`` (``cpu``, ``cuda``, ``cuda:N``):
     ``default`` → :data:`DEFAULT_JUDGE_BASE` of the device kind, a base name → itself, a folder → None."""

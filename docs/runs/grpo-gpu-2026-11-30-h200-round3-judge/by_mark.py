@@ -19,12 +19,12 @@ from policy_trainer.report import is_degenerate
 
 def by_mark(folder: Path) -> dict[str, dict[str, float]]:
     """mark ("none" for unmarked) -> completions scored, their mean graded total and, for degenerate marks, the pair win share."""
-    groups: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    groups: dict[tuple[int, int, int], list[dict]] = defaultdict(list)
     with lzma.open(folder / "completions-next_step.jsonl.xz", "rt", encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 c = json.loads(line)
-                groups[(c["call"], c["group"])].append(c)
+                groups[(c["step"], c["call"], c["group"])].append(c)  # a resumed run counts its calls from 1 again
     totals: dict[str, list[float]] = defaultdict(list)
     wins: dict[str, list[float]] = defaultdict(list)
     for group in groups.values():
