@@ -309,7 +309,7 @@ def test_committed_policy_negatives_load_and_grpo_rounds_hold_train_prompts_only
     folder = Path(__file__).resolve().parents[2] / "data_builder" / "data"
     files = sorted(folder.glob("policy_negatives*.jsonl"))
     assert {f.name for f in files} >= {"policy_negatives.jsonl", "policy_negatives_grpo_round2.jsonl",
-                                      "policy_negatives_grpo_round3.jsonl"}
+                                      "policy_negatives_grpo_round3.jsonl", "policy_negatives_grpo_round4.jsonl"}
     for f in files:
         pool = PolicyPool.load([f])
         assert pool.records and set(pool.by_kind) <= {"degenerate", "generic", "echo", "dismissive"}, f.name
@@ -317,3 +317,4 @@ def test_committed_policy_negatives_load_and_grpo_rounds_hold_train_prompts_only
         if "grpo" in f.name:
             assert {r["split"] for r in pool.records} == {"train"}, f.name
     assert len(PolicyPool.load([folder / "policy_negatives_grpo_round3.jsonl"]).records) == 1525
+    assert len(PolicyPool.load([folder / "policy_negatives_grpo_round4.jsonl"]).records) == 226
