@@ -162,7 +162,6 @@ def test_the_overlap_runs_keep_warmup_from_aside_before_replacing_their_run_fold
     assert re.search(r'from=\$\( \[ -n "\$\{WARMUP_FROM:-\}" \] && echo /tmp/warmup-from', phase)
 
 
-
 def test_the_overlap_runs_resume_their_own_folders_and_take_the_policy_named() -> None:
     """A run longer than one call (a 1.5B policy: warm-up and 60 steps do not fit in 600 s) continues in the next
     call: RESUME=1 keeps the run folder (warm-up adapter, checkpoints) and passes --resume; without it the folder is
@@ -181,6 +180,7 @@ def test_the_overlap_runs_resume_their_own_folders_and_take_the_policy_named() -
     fresh = phase[phase.index("\n    else"):phase.index("\n    fi")]
     assert 'rm -rf /tmp/run-"$arm"' in fresh and "reuse_warmup" in fresh
     assert re.search(r'train_vllm [^\n]*\n\s*"\$\{resume\[@\]\}"', phase)
+
 
 def test_rounds_runs_the_benchmark_once_per_bound_each_later_one_against_the_first(tmp_path: Path) -> None:
     """`vllm_judge.sh rounds` (issue 27): one bench.judge_rounds run per rationale bound, its JSON kept under the
