@@ -169,8 +169,8 @@ def test_the_overlap_runs_resume_their_own_folders_and_take_the_policy_named() -
     converted into."""
     text = (GPU / "device_evidence.sh").read_text()
     assert '--policy-model "${POLICY_MODEL:-/tmp/smollm2}"' in text
-    train = text[text.index("\ntrain() {"):text.index("\nreuse_warmup()")]
-    assert "COMPEER_CACHE=${COMPEER_CACHE:-/tmp/compeer-cache}" in train
+    setup = text[:text.index("\ntake_parts()")]  # before any phase: the judge's `default` and a named policy alike
+    assert "export COMPEER_CACHE=${COMPEER_CACHE:-/tmp/compeer-cache} COMPEER_GGUF_DIR=${COMPEER_GGUF_DIR:-$S}" in setup
     vllm_judge = (GPU / "vllm_judge.sh").read_text()
     assert "COMPEER_CACHE=/tmp/compeer-cache" in vllm_judge
     phase = text[text.index("\noverlap)"):]

@@ -41,6 +41,9 @@ set -uo pipefail
 . "$(dirname "$0")/vsite.sh"  # vsite_check / vsite_path / vsite_use: the staged vLLM
 S=${STAGE_DIR:-/tmp/cp-stage}  # as tools/gpu/vllm_judge.sh
 mkdir -p "$S"
+# the model cache tools/gpu/vllm_judge.sh stage converts into, and the joined GGUFs: where a base name (the judge's
+# `default`, a policy such as qwen2.5-coder-1.5b) resolves
+export COMPEER_CACHE=${COMPEER_CACHE:-/tmp/compeer-cache} COMPEER_GGUF_DIR=${COMPEER_GGUF_DIR:-$S}
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 take_parts() {  # the GGUF and MiniLM parts (and their counts) of whichever staging folders this call carries
   local f; for f in .gpu-policy/*/gguf.part-* .gpu-policy/*/gguf.parts .gpu-policy/*/minilm-q8.tar.xz.part-* \
@@ -122,9 +125,8 @@ start_server() {  # the judge server in the background ($SERVER), ready or faile
   echo "judge engine: $JUDGE_BACKEND${JUDGE_RATIONALE_BOUND:+ (rationale bound $JUDGE_RATIONALE_BOUND)}"
   prepare || return 1
   # JUDGE_MODEL: /tmp/smollm2 (the untrained base, the default of `run`) or `default`, the shipped judge merged
-  # into the base (tools/gpu/vllm_judge.sh stage converts it once into the cache below)
+  # into the base (tools/gpu/vllm_judge.sh stage converts it once into $COMPEER_CACHE, set at the top)
   local model=${JUDGE_MODEL:-/tmp/smollm2}
-  [ -d "$model" ] || export COMPEER_CACHE=/tmp/compeer-cache COMPEER_GGUF_DIR=$S  # a base name or `default`
   local args=(serve --backend "$JUDGE_BACKEND" --model "$model" --device cuda --embedding-model "$S"/minilm-q8
               --cache "${JUDGE_CACHE:-memory}" --host 127.0.0.1 --grpc-port 50051 --http-port 8000)
   [ "${JUDGE_STATIC_CACHE:-false}" = true ] && args+=(--static-cache)
@@ -154,8 +156,6 @@ stop_server() { kill -TERM "$SERVER"; wait "$SERVER"; }
 train() {  # train DIR BUDGET_S [more policy_trainer args]: the GRPO run of this evidence (warm-up included)
   local dir=$1 budget=$2; shift 2
   echo "training budget ${budget} s ($dir)" >&2
-  # a base name as policy is resolved by the model store, in the cache tools/gpu/vllm_judge.sh stage converted into
-  export COMPEER_CACHE=${COMPEER_CACHE:-/tmp/compeer-cache} COMPEER_GGUF_DIR=${COMPEER_GGUF_DIR:-$S}
   timeout "$budget" python3 -m policy_trainer.cli grpo --config gpu-paper \
     --policy-model "${POLICY_MODEL:-/tmp/smollm2}" --reward-server 127.0.0.1:50051 --out "$dir" --max-steps "${STEPS:-24}" \
     --set learning_rate=2.0e-5 --set gradient_checkpointing=false --set max_completion_length=160 \

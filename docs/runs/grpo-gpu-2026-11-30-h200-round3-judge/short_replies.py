@@ -35,13 +35,13 @@ COMPONENTS = ("step1", "step2", "step3", "preference", "format")
 
 
 def eligible_groups(seed_dir: Path) -> list[list[dict[str, Any]]]:
-    """Groups (consecutive lines with one (call, group)) where a short reply outscores an unmarked completion."""
-    groups: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    """Groups (lines with one (step, call, group)) where a short reply outscores an unmarked completion."""
+    groups: dict[tuple[int, int, int], list[dict[str, Any]]] = defaultdict(list)
     with lzma.open(seed_dir / "completions-next_step.jsonl.xz", "rt", encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 c = json.loads(line)
-                groups[(c["call"], c["group"])].append(c)
+                groups[(c["step"], c["call"], c["group"])].append(c)  # a resumed run counts its calls from 1 again
     out = []
     for g in groups.values():
         plain = [c["reward"] for c in g if c["mark"] is None and c["reward"] is not None]
