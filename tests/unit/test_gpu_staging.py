@@ -177,6 +177,9 @@ def test_the_overlap_runs_resume_their_own_folders_and_take_the_policy_named() -
     phase = phase[:phase.index("\n  ;;")]
     resumed = phase[phase.index('if [ "${RESUME:-0}" = 1 ]'):phase.index("\n    else")]
     assert "resume=(--resume)" in resumed and "rm -rf" not in resumed
+    # no folder to resume: said before the judge server starts, never a fresh run
+    check = phase[phase.index("RESUME=1: no /tmp/run-"):]
+    assert "exit 1" in check[:check.index("\n")] and phase.index("RESUME=1: no") < phase.index("start_server")
     fresh = phase[phase.index("\n    else"):phase.index("\n    fi")]
     assert 'rm -rf /tmp/run-"$arm"' in fresh and "reuse_warmup" in fresh
     assert re.search(r'train_vllm [^\n]*\n\s*"\$\{resume\[@\]\}"', phase)

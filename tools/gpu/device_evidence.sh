@@ -274,12 +274,17 @@ overlap)  # issue 27: one GRPO run per reward_overlap, side by side in one call 
     rm -rf /tmp/warmup-from && reuse_warmup "$WARMUP_FROM" /tmp/warmup-from \
       || { echo "WARMUP_FROM=$WARMUP_FROM holds no warmup/adapter" >&2; exit 1; }
   fi
+  if [ "${RESUME:-0}" = 1 ]; then  # checked before the server starts: nothing to resume is said, never a fresh run
+    for arm in "${arms[@]}"; do
+      [ -d /tmp/run-"$arm" ] || { echo "RESUME=1: no /tmp/run-$arm on this machine (a fresh one?); run without RESUME" >&2; exit 1; }
+    done
+  fi
   # no result cache: the runs share one server, and same_step's rollouts are off's (same seed, same algorithm), so a
   # cache would answer the second run's every call from the first's judgments (it did on 2026-11-29)
   JUDGE_CACHE=${JUDGE_CACHE:-off} JUDGE_MODEL=${JUDGE_MODEL:-default} start_server || exit 1
   for i in "${!arms[@]}"; do
     arm=${arms[$i]} left=$(( ${#arms[@]} - i )) resume=()
-    if [ "${RESUME:-0}" = 1 ] && [ -d /tmp/run-"$arm" ]; then
+    if [ "${RESUME:-0}" = 1 ]; then
       resume=(--resume)  # its warm-up adapter and checkpoints are in the folder (the earlier call's log came back then)
     else
       rm -rf /tmp/run-"$arm"
