@@ -149,8 +149,10 @@ def goals(figs: dict[str, dict[str, Any]], paired: dict[str, dict[str, Any]] | N
     deg = {p: f["value"] for p in sorted(figs) if (f := figure_of(figs, p, "degenerate")) is not None}
     if deg:
         worst = max(deg, key=deg.__getitem__)
+        ref = figure_of(figs, worst, "reference_degenerate")  # the same rule on the real replies, same prompts
+        beside = "" if ref is None else f"; the rule marks {ref['value']:.1f}% of the real supporter replies there"
         out.append(f"degenerate replies < 2% in every arm: {'met' if deg[worst] < 2.0 else 'missed'} (highest: "
-                   f"({worst}) {deg[worst]:.1f}%)")
+                   f"({worst}) {deg[worst]:.1f}%{beside})")
     else:
         out.append("degenerate replies < 2% in every arm: not measured")
     return out

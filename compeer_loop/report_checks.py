@@ -38,11 +38,13 @@ def constant_row(records: list[dict[str, Any]]) -> dict[str, float | None]:
 
 def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], labels: dict[str, str],
                   verified: dict[str, bool], first_n: int) -> str:
-    """One row per policy: strategy accuracy, majority baseline, kappa, degenerate and top-reply shares, judge
+    """One row per policy: strategy accuracy, majority baseline, kappa, degenerate share (beside the same rule's share
+    of the real supporter replies at those prompts) and top-reply share, judge
     total (all judged / format-valid only), distinct-n full and on the first ``first_n`` tokens, the independent
     scorer's win share against the real reply with the share of its answers naming the first position and the share
     of replies not scored. ``verified``: per GRPO arm, whether its judge was verified (``judge.json``)."""
-    head = ("| policy | strategy acc. % | majority baseline % | kappa | degenerate % | most frequent reply % "
+    head = ("| policy | strategy acc. % | majority baseline % | kappa | degenerate % (the real replies') "
+            "| most frequent reply % "
             f"| judge total (all judged) | judge total (format-valid only) | D-1 / D-1 first {first_n} "
             f"| D-2 / D-2 first {first_n} | independent: win share vs the real reply "
             "| independent: answers naming A % / not scored % |")
@@ -51,7 +53,8 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
         f = summary["figures"]
         label = labels[name] + (f" ({NOT_VERIFIED})" if verified.get(name) is False else "")
         rows.append(f"| {label} | {_v(f.get('strategy_accuracy'))} | {_v(f.get('majority_baseline'))} | "
-                    f"{_v(f.get('strategy_kappa'), 3)} | {_v(f.get('degenerate'))} | {_v(f.get('top_reply_share'))} | "
+                    f"{_v(f.get('strategy_kappa'), 3)} | {_v(f.get('degenerate'))} ({_v(f.get('reference_degenerate'))}) | "
+                    f"{_v(f.get('top_reply_share'))} | "
                     f"{_v(f.get('reward_total'))} | {_v(f.get('reward_total_format_ok'))} | "
                     f"{_v(f.get('distinct_1'))} / {_v(f.get('distinct_1_first'))} | "
                     f"{_v(f.get('distinct_2'))} / {_v(f.get('distinct_2_first'))} | "

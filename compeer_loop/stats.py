@@ -110,6 +110,10 @@ FIGURES: dict[str, Figure] = {
     "majority_baseline": majority_baseline,
     "strategy_kappa": strategy_kappa,
     "degenerate": lambda rs: _mean([100.0 * is_degenerate(r.get("reply_mark")) for r in rs]),
+    # the same rule on ESConv's real supporter reply at the same prompts: the rate a policy that wrote exactly what
+    # the real supporters wrote would be counted at ("I see." is short with no content); beside "degenerate" as the
+    # majority baseline is beside strategy accuracy
+    "reference_degenerate": lambda rs: _mean([100.0 * is_degenerate(r.get("reference_mark")) for r in rs]),
     "top_reply_share": lambda rs: top_reply_share([r["text"] for r in rs])[0],
     "format_ok": format_ok,
     "mean_length": lambda rs: _mean([float(r["length"]) for r in rs]),
@@ -136,11 +140,13 @@ FIRST_TOKENS = 16
 
 def add_item_figures(r: Record, first_n: int = FIRST_TOKENS) -> Record:
     """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's length, its first
-    ``first_n`` tokens and the degenerate-reply rule's mark (:func:`compeer_loop.replies.mark_reply`)."""
+    ``first_n`` tokens and the degenerate-reply rule's mark (:func:`compeer_loop.replies.mark_reply`), of the reply
+    and of the prompt's real supporter reply (``reference_mark``)."""
     r["rouge_l"] = rouge_l([r["text"]], [r["reference"]])
     r["length"] = mean_length([r["text"]]) or 0.0
     r["first_text"] = first_tokens(r["text"], first_n)
     r["reply_mark"] = mark_reply(r["text"], r.get("history") or [], r.get("raw"), bool(r.get("format_ok", True)))
+    r["reference_mark"] = mark_reply(r["reference"], r.get("history") or [])
     return r
 
 
@@ -179,7 +185,7 @@ def summarise(records: Sequence[Record], n_boot: int = 1000, seed: int = 0) -> d
 
 #: the figures that need no judge and no scorer: what a policy's answers alone show (format, strategy, replies)
 ANSWER_FIGURES = ("format_ok", "strategy_accuracy", "majority_baseline", "strategy_kappa", "degenerate",
-                  "top_reply_share", "mean_length", "rouge_l", "bleu_2", "distinct_1", "distinct_2",
+                  "reference_degenerate", "top_reply_share", "mean_length", "rouge_l", "bleu_2", "distinct_1", "distinct_2",
                   "distinct_1_first", "distinct_2_first")
 
 

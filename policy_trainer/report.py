@@ -157,6 +157,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     _, waits = _series(rows, WAIT_KEY if any(WAIT_KEY in r for r in rows) else LEGACY_WAIT_KEY)
     _, rewards = _series(rows, "reward")
     _, failures = _series(rows, "compeer/reward_call_failures")
+    _, reference_marked = _series(rows, "compeer/reference_degenerate_share")
     out: dict[str, Any] = {"steps_logged": len(rows), "reward_call_failures": sum(failures)}
     if step_times:
         out["step_time_mean_s"] = sum(step_times) / len(step_times)
@@ -170,6 +171,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         k = max(1, len(rewards) // 4)
         out["reward_first_quarter_mean"] = sum(rewards[:k]) / k
         out["reward_last_quarter_mean"] = sum(rewards[-k:]) / k
+    if reference_marked:
+        # beside the completions' degenerate_share: the rule's rate on the real replies of the same prompts
+        out["reference_degenerate_share"] = sum(reference_marked) / len(reference_marked)
     return out
 
 

@@ -34,7 +34,7 @@ from cer.dialogue import Turn
 from cer.modes import JudgeMode, RewardJudgeMode
 from cer.redundancy import RedundancyMode, reweight
 from cer.rewards import RewardKind
-from data_builder.policy_negatives import COMPLETIONS_FILE, round_index_of
+from data_builder.policy_negatives import COMPLETIONS_FILE, mark_reply, round_index_of
 from policy_trainer.batches import GroupingError, batch_key, completion_text, mark_completion, split_groups
 from policy_trainer.config import CompeerGRPOConfig, LengthUnit
 from policy_trainer.scores import (
@@ -230,6 +230,8 @@ class CompeerReward:
         for g, req in zip(groups, requests):  # a group shares one conversation: converted once
             turns = [t.to_dict() for t in req.history]
             stats.reply_marks.extend(mark_completion(texts[i], turns) for i in g)
+            if isinstance(req.reference, str):
+                stats.reference_marks.extend([mark_reply(req.reference, turns)] * len(g))
             rounds.extend([round_index_of(turns)] * len(g))
         scores = await self._score(requests, stats)
         lengths = self._lengths(texts, completion_ids)

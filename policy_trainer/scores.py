@@ -77,6 +77,8 @@ class RewardBatchStats:
     server_inference_ms: list[float] = field(default_factory=list)
     server_group_ms: list[float] = field(default_factory=list)  # queue + inference of each group
     reply_marks: list[str | None] = field(default_factory=list)  # the degenerate-reply rule's mark, per completion
+    # the same rule on the real supporter reply of each completion's prompt (a prompt with a reference only)
+    reference_marks: list[str | None] = field(default_factory=list)
 
     def add(self, s: ItemScore) -> None:
         """Count one item's status and components (the rewards it is trained on are counted by the caller)."""
@@ -130,6 +132,10 @@ class RewardBatchStats:
             marks = self.reply_marks
             out["degenerate_share"] = sum(1 for m in marks if is_degenerate(m)) / len(marks)
             out["marked_share"] = sum(1 for m in marks if m is not None) / len(marks)
+        if self.reference_marks:
+            # what the real supporters' replies at these prompts score under that rule ("I see." is marked)
+            out["reference_degenerate_share"] = (sum(1 for m in self.reference_marks if is_degenerate(m))
+                                                 / len(self.reference_marks))
         if self.server_group_ms:
             # groups are judged concurrently, so a call lasts at least its slowest group; the rest of
             # reward_call_latency_s is transport, (de)serialisation and the client

@@ -133,7 +133,8 @@ def test_paired_intervals_decide_the_goals_and_issue_26s_goals_are_checked() -> 
     """Overlapping per-arm intervals but a paired interval above 0: met (the paired test is the sharper one, and it
     decides); a paired interval holding 0: missed, whatever the per-arm intervals say."""
     figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "independent_win_share": _fig(*v),
-                            "strategy_kappa": _fig(k, k, k), "degenerate": _fig(dg, dg, dg)}}
+                            "strategy_kappa": _fig(k, k, k), "degenerate": _fig(dg, dg, dg),
+                            "reference_degenerate": _fig(4.0, 3.0, 5.0)}}
             for p, v, k, dg in (("a", (10, 5, 15), 0.05, 1.0), ("b", (11, 6, 16), 0.0, 0.5),
                                 ("c", (12, 7, 17), 0.2, 3.5))}
     paired = {"c-a:strategy_correct": {"n": 585, "diff": 2.0, "lo": 0.5, "hi": 3.5, "p": 0.01},
@@ -148,7 +149,8 @@ def test_paired_intervals_decide_the_goals_and_issue_26s_goals_are_checked() -> 
     assert by_name["(c) beats (a) on the independent scorer"].endswith("excludes 0")
     assert "missed" in by_name["(c) beats (b) on the independent scorer"]
     assert "met (0.200 vs (a) 0.050)" in by_name["strategy kappa of (c) >= 0.15 and above (a)'s"]
-    assert "missed (highest: (c) 3.5%)" in by_name["degenerate replies < 2% in every arm"]
+    assert ("missed (highest: (c) 3.5%; the rule marks 4.0% of the real supporter replies there)"
+            in by_name["degenerate replies < 2% in every arm"])
 
 
 def test_the_conclusion_counts_what_was_measured(tmp_path: Path) -> None:

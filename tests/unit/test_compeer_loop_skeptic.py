@@ -13,12 +13,14 @@ from compeer_loop.replies import CONSTANT_REPLY, first_tokens, is_degenerate, ma
 from compeer_loop.report_checks import NOT_VERIFIED, constant_row, independent_section, skeptic_table
 from compeer_loop.stats import (
     FIGURES,
+    add_item_figures,
     majority_baseline,
     paired_difference,
     per_prompt,
     seed_spread,
     strategy_kappa,
     summarise,
+    summarise_answers,
 )
 
 HISTORY = [{"role": "seeker", "text": "I lost my job last week and I cannot sleep."}]
@@ -150,3 +152,18 @@ def test_answers_summary_of_a_probe_needs_no_judge_and_counts_what_the_replies_a
     assert s["marks"]["none"] == 3 and sum(s["marks"].values()) == 4
     assert "reward_total" not in f  # no judge figure in a judge-free summary
     assert main(["answers", "--root", str(tmp_path), "--policy", "b"]) == 2  # no answers: a usage error
+
+
+def test_degenerate_share_stands_beside_the_real_replies_share_under_the_same_rule() -> None:
+    """ESConv's own supporters write short turns the rule marks ("I see."): the table shows that rate at the same
+    prompts beside each policy's degenerate share, so that a < 2% goal is read against it."""
+    rs = [add_item_figures(r) for r in (
+        {**_rec(0, "Question", "Question"), "reference": "I see."},
+        {**_rec(1, "Question", "Question", text="I see."), "reference": "I am sorry about your job."},
+        _rec(2, "Question", "Question"), _rec(3, "Question", "Question"))]
+    figs = summarise(rs, n_boot=20)["figures"]
+    assert figs["reference_degenerate"]["value"] == pytest.approx(25.0)  # the real reply of p0 only
+    assert figs["degenerate"]["value"] == pytest.approx(25.0)  # the policy's reply of p1 only
+    text = skeptic_table({"c": summarise(rs, n_boot=20)}, {"c": rs}, {"c": "(c) arm"}, {}, 16)
+    assert "degenerate % (the real replies')" in text and "| 25.00 [" in text and "(25.00 [" in text
+    assert summarise_answers(rs, n_boot=20)["figures"]["reference_degenerate"]["value"] == pytest.approx(25.0)

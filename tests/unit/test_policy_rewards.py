@@ -269,6 +269,25 @@ def test_each_step_logs_the_share_of_degenerate_completions_by_the_pipelines_rul
     assert metrics["compeer/degenerate_share"] == [0.5] and metrics["compeer/marked_share"] == [0.5]
 
 
+def test_each_step_logs_the_real_replies_share_under_the_same_rule() -> None:
+    """ESConv's own short turns ("I see.") are marked by the rule too: the step logs the share of its completions
+    whose prompt's real reply is marked, and the run summary its mean over steps, beside degenerate_share."""
+    hist = [{"role": "seeker", "text": "My sister stopped talking to me after the wedding and I miss her."}]
+    reply = "<analysis>a</analysis><emotion>b</emotion><strategy>Question</strategy><response>Why?</response>"
+    table = {reply: FakeScore(steps=[1.0, 1.0, 1.0], preference=1.0, format=1.0, s_in=0.0, s_hi=0.0)}
+    reward = CompeerReward(RewardSettings(num_generations=2, redundancy_mode=RedundancyMode.OFF),
+                           lambda: FakeRewardClient(table))
+    metrics: dict[str, list[float]] = {}
+    refs = ["I see.", "I see.", "What happened with your sister at the wedding?",
+            "What happened with your sister at the wedding?"]
+    _call(reward, [reply] * 4, [[0]] * 4, [hist] * 4, refs, metrics)
+    assert metrics["compeer/reference_degenerate_share"] == [0.5]
+    rows = [{"step": i, "step_time": 1.0, "compeer/reference_degenerate_share": v} for i, v in enumerate((0.5, 0.25))]
+    from policy_trainer.report import summarise
+    assert summarise(rows)["reference_degenerate_share"] == pytest.approx(0.375)
+    assert "reference_degenerate_share" not in summarise([{"step": 0, "step_time": 1.0}])  # not logged: not made up
+
+
 def test_log_completions_file_writes_each_completion_with_its_reward_and_mark(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "run" / "completions.jsonl"
     reward = CompeerReward(RewardSettings(num_generations=2, completions_path=path), lambda: FakeRewardClient(
