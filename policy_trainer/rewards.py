@@ -230,7 +230,7 @@ class CompeerReward:
         for g, req in zip(groups, requests):  # a group shares one conversation: converted once
             turns = [t.to_dict() for t in req.history]
             stats.reply_marks.extend(mark_completion(texts[i], turns) for i in g)
-            if isinstance(req.reference, str):
+            if req.reference is not None:
                 stats.reference_marks.extend([mark_reply(req.reference, turns)] * len(g))
             rounds.extend([round_index_of(turns)] * len(g))
         scores = await self._score(requests, stats)

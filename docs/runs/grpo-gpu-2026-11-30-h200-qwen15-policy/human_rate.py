@@ -22,15 +22,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from data_builder.policy_negatives import history_before, is_degenerate, mark_reply
-from data_builder.sample import rounds_of
+from data_builder.policy_negatives import is_degenerate, mark_reply
+from data_builder.sample import make_round, rounds_of
 
 
 def _mark(logged: Any) -> str | None:
     return None if logged in (None, "None") else str(logged)
 
 
-def report(turns_of: dict[str, list[dict[str, Any]]], folder: Path) -> str:
+def report(dialogues: dict[str, dict[str, Any]], folder: Path) -> str:
     """The lines for one run folder."""
     with lzma.open(folder / "completions-next_step.jsonl.xz", "rt", encoding="utf-8") as f:
         recs = [json.loads(line) for line in f if line.strip()]
@@ -38,8 +38,9 @@ def report(turns_of: dict[str, list[dict[str, Any]]], folder: Path) -> str:
     for r in recs:
         key = (r["dialogue_id"], int(r["round_index"]))
         if key not in real:
-            turns = turns_of[key[0]]
-            real[key] = mark_reply(turns[rounds_of(turns)[key[1] - 1]]["text"], history_before(turns, key[1]) or [])
+            d = dialogues[key[0]]
+            rnd = make_round(d, rounds_of(d["turns"]), key[1])  # the round as the data pipeline builds it
+            real[key] = mark_reply(rnd["reference"], rnd["history"])
     marked = {k for k, m in real.items() if is_degenerate(m)}
     rules = Counter(m for m in real.values() if is_degenerate(m))
     at_marked = [(r["dialogue_id"], int(r["round_index"])) in marked for r in recs]
@@ -59,13 +60,13 @@ def report(turns_of: dict[str, list[dict[str, Any]]], folder: Path) -> str:
 
 def main(argv: list[str]) -> None:
     """``DIALOGUES_JSONL RUN_FOLDER...``: one report per run folder."""
-    turns_of: dict[str, list[dict[str, Any]]] = {}
+    dialogues: dict[str, dict[str, Any]] = {}
     with open(argv[0], encoding="utf-8") as f:
         for line in f:
             d = json.loads(line)
-            turns_of[d["id"]] = d["turns"]
+            dialogues[d["id"]] = d
     for folder in argv[1:]:
-        print(report(turns_of, Path(folder)))
+        print(report(dialogues, Path(folder)))
 
 
 if __name__ == "__main__":
