@@ -3,6 +3,7 @@
     compeer-loop prompts --train ESCONV/train.json --valid ESCONV/valid.json --out DATA
     compeer-loop plan    --root ROOT --prompts DATA [--steps 30 --arms a b c ... any LoopSettings field]
     compeer-loop run     --root ROOT [--no-eval]     # servers, warm-up (a), GRPO arms, evaluation; resumable
+                         [--root ROOT2 ...]          # seed replicates, one after the other on the same judge servers
     compeer-loop status  --root ROOT                 # one line per arm / evaluation from ROOT/state.json
     compeer-loop warmup  --root ROOT                 # arm (a) alone (run starts it)
     compeer-loop eval    --root ROOT --policy NAME   # one policy (run starts them)
@@ -50,9 +51,13 @@ def make_parser() -> argparse.ArgumentParser:
     add_arguments(pl, LoopSettings, title="loop settings (saved in ROOT/plan.json)")
     for name in ("run", "status", "warmup", "stop"):
         sp = sub.add_parser(name)
-        sp.add_argument("--root", type=Path, required=True)
         if name == "run":
+            sp.add_argument("--root", type=Path, required=True, action="append",
+                            help="a loop folder; repeated: seed replicates (plans --seed apart) trained one after the "
+                                 "other on one set of judge servers, each folder evaluated while the next trains")
             sp.add_argument("--no-eval", action="store_true", help="train only")
+        else:
+            sp.add_argument("--root", type=Path, required=True)
     ev = sub.add_parser("eval", help="evaluate one policy (an arm name or `base`)")
     ev.add_argument("--root", type=Path, required=True)
     ev.add_argument("--policy", required=True)
@@ -149,7 +154,7 @@ def _status(root: Path) -> int:
         print(f"{root}: no state yet")
         return 1
     st = json.loads(path.read_text())
-    print(f"elapsed {st.get('elapsed_s', 0):.0f} s; servers: " + ", ".join(f"{k} {v}" for k, v in st["servers"].items()))
+    print(f"elapsed {st.get('elapsed_s', 0):.0f} s; servers: " + ", ".join(f"{k} {v}" for k, v in st.get("servers", {}).items()))
     if st.get("machine"):
         m, p = st["machine"], st.get("placement") or {}
         print(f"machine {m.get('hostname')} ({m.get('gpus')}); judge servers on card {p.get('judge_card')}, arms on "
@@ -183,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             return _plan(args)
         if args.command == "run":
-            state = Driver(args.root, load_settings(args.root)).run(evaluate=not args.no_eval)
-            print(json.dumps({"arms": {k: v.get("status") for k, v in state["arms"].items()}, "eval": state["eval"]}))
+            from compeer_loop.replicates import run_replicates
+
+            states = run_replicates([Driver(r, load_settings(r)) for r in args.root], evaluate=not args.no_eval)
+            for root, state in zip(args.root, states):
+                print(json.dumps({"root": str(root), "arms": {k: v.get("status") for k, v in state["arms"].items()},
+                                  "eval": state["eval"]}))
             return 0
         if args.command == "status":
             return _status(args.root)

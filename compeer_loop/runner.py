@@ -46,6 +46,7 @@ from compeer_loop.plan import (
     Arm,
     JudgeServer,
     LoopSettings,
+    all_judges,
     arm_env,
     arm_missing_inputs,
     grpo_argv,
@@ -155,7 +156,8 @@ class Driver:
         return names
 
     def start_servers(self, names: set[str]) -> None:
-        for j in (self.servers[n] for n in sorted(names)):
+        judges = all_judges(self.s)  # names may come from other seed replicates' arms (run_replicates)
+        for j in (judges[n] for n in sorted(names)):
             if ready(j):
                 self.state["servers"][j.name] = "ready (reused)"
                 continue
@@ -375,25 +377,18 @@ class Driver:
         tmp.write_text(json.dumps(self.state, indent=1) + "\n")
         os.replace(tmp, self.root / STATE_FILE)
 
-    def run(self, evaluate: bool = True) -> dict[str, Any]:
-        """Servers, warm-up, arms, evaluation; writes ``ROOT/DONE`` with a one-line outcome."""
-        (self.root / DONE_FILE).unlink(missing_ok=True)
-        self.evaluate = evaluate
-        needed = self.needed_servers(evaluate)
-        self.start_servers(needed)
-        self.save()
-        self.run_arms()
-        if evaluate and "trained" in needed:
-            self.run_eval()
-        elif evaluate:
-            self.state["eval"].update({p: "done" for p in self.s.eval_policies
-                                       if (self.root / "eval" / p / "done.json").exists()})
-        if needed:
-            stop_servers(self.root)
+    def finish(self) -> dict[str, Any]:
+        """Write ``ROOT/DONE`` with a one-line outcome (``ok`` or the failed arms and evaluations)."""
         failed = [n for n, a in self.state["arms"].items() if str(a.get("status", "")).startswith("failed")]
         failed += [f"eval-{n}" for n, e in self.state["eval"].items() if str(e).startswith("failed")]
         self.state["finished"] = time.time()
         self.save()
         (self.root / DONE_FILE).write_text(("FAILED: " + ", ".join(failed)) if failed else "ok")
         return self.state
+
+    def run(self, evaluate: bool = True) -> dict[str, Any]:
+        """Servers, warm-up, arms, evaluation; writes ``ROOT/DONE`` with a one-line outcome."""
+        from compeer_loop.replicates import run_replicates  # (it drives Driver objects)
+
+        return run_replicates([self], evaluate)[0]
 

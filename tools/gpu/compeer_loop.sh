@@ -17,6 +17,11 @@
 #                                                  tools/gpu/vllm_judge.sh install with every .gpu-vllm part) and starts the driver in the
 #                                                  background (setsid): reward servers, warm-up, the GRPO arms
 #                                                  (max_concurrent_arms at once), evaluation; then waits like `wait`
+#            SEEDS='0 1 2' on start: seed replicates, one loop folder each ($L/seedK, planned --seed K; `base` is
+#                                                  evaluated in the first only), run by one driver on the same judge
+#                                                  servers one after the other (each folder's evaluations overlap the
+#                                                  next one's training); wait/resume/stop and $OUT cover every folder
+#                                                  (seedK/ in results.tar.xz); export/import move one folder (no SEEDS)
 #   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
 #                                                  the status, packs what is finished to $OUT
 #   resume   (no carry)                            starts the driver again if it is not running (a killed driver or
@@ -59,28 +64,39 @@ T_CALL=${CALL_T0:-$(date +%s)}
 
 driver_alive() { [ -f $L/driver.pid ] && kill -0 "$(cat $L/driver.pid)" 2>/dev/null; }
 
+# the loop folders one driver runs: $L itself, or with SEEDS on `start` one folder per seed, $L/seedK (seed
+# replicates on the same judge servers, trained one after the other), listed in $L/roots.txt for the later phases
+roots() { if [ -f $L/roots.txt ]; then cat $L/roots.txt; else echo $L; fi; }
+all_done() { local r; for r in $(roots); do [ -f "$r"/DONE ] || return 1; done; }
+
 vllm_path() {  # a plan with `generation` or `judge_backend` vllm (VLLM=1 on `start`): vLLM from /tmp/vsite first
-  grep -q '"vllm"' $L/plan.json 2>/dev/null || return 0
+  grep -q '"vllm"' "$(roots | head -n 1)"/plan.json 2>/dev/null || return 0
   vsite_use "the plan (it generates or judges on vLLM)"
 }
 
 start_driver() {
   driver_alive && { echo "driver already running (pid $(cat $L/driver.pid))"; return 0; }
   vllm_path || return 1
-  setsid nohup $LOOP run --root $L >> $L/driver.log 2>&1 < /dev/null &
+  local r a=(); for r in $(roots); do a+=(--root "$r"); done
+  setsid nohup $LOOP run "${a[@]}" >> $L/driver.log 2>&1 < /dev/null &
   echo $! > $L/driver.pid
   echo "driver started (pid $!)"
 }
 
-collect() {  # what is finished, to $OUT
+collect() {  # what is finished, to $OUT (with SEEDS: each seed's folder seedK/ in the same archives)
   [ -n "${OUT:-}" ] || return 0
-  $LOOP status --root $L > "$OUT"/status.txt 2>&1
-  local f=(plan.json state.json DONE)
-  for x in $L/a/RESTORED $L/*/EXPORTED $L/a/warmup/adapter/adapter_config.json $L/*/metrics.jsonl $L/*/completions.jsonl $L/*/summary.json $L/*/judge.json $L/*/machine.json $L/eval/*/records.jsonl $L/eval/*/esc.json $L/eval/*/done.json; do
-    [ -f "$x" ] && f+=("${x#$L/}"); done
-  cp $D/manifest.json $L/prompts-manifest.json 2>/dev/null && f+=(prompts-manifest.json)
+  local r x rel f=()
+  : > "$OUT"/status.txt; : > $L/log-tails.txt
+  for r in $(roots); do
+    rel=${r#$L}; rel=${rel#/}; rel=${rel:+$rel/}
+    { [ -n "$rel" ] && echo "== $rel"; $LOOP status --root "$r"; } >> "$OUT"/status.txt 2>&1
+    for x in plan.json state.json DONE; do [ -f "$r/$x" ] && f+=("$rel$x"); done
+    for x in $r/a/RESTORED $r/*/EXPORTED $r/a/warmup/adapter/adapter_config.json $r/*/metrics.jsonl $r/*/completions.jsonl $r/*/summary.json $r/*/judge.json $r/*/machine.json $r/eval/*/records.jsonl $r/eval/*/esc.json $r/eval/*/done.json; do
+      [ -f "$x" ] && f+=("$rel${x#$r/}"); done
+    cp $D/manifest.json $r/prompts-manifest.json 2>/dev/null && f+=("${rel}prompts-manifest.json")
+    ( cd $r && for x in logs/*.log; do [ -f "$x" ] && { echo "== $rel$x"; tail -n 60 "$x"; }; done ) >> $L/log-tails.txt 2>/dev/null
+  done
   ( cd $L && ls "${f[@]}" 2>/dev/null | tar -cJf "$OUT"/results.tar.xz -T - )
-  ( cd $L && for x in logs/*.log; do [ -f "$x" ] && { echo "== $x"; tail -n 60 "$x"; }; done ) > $L/log-tails.txt 2>/dev/null
   tar -cJf "$OUT"/logs.tar.xz -C $L log-tails.txt 2>/dev/null
   tail -n 200 $L/driver.log > "$OUT"/driver.log 2>/dev/null
   ls -l "$OUT"
@@ -88,8 +104,8 @@ collect() {  # what is finished, to $OUT
 
 wait_driver() {
   local budget=${CALL_BUDGET_S:-540}
-  while [ ! -f $L/DONE ] && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep "${POLL_S:-15}"; done
-  $LOOP status --root $L
+  while ! all_done && driver_alive && [ $(( $(date +%s) - T_CALL )) -lt "$budget" ]; do sleep "${POLL_S:-15}"; done
+  local r; for r in $(roots); do echo "== $r"; $LOOP status --root "$r"; done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader 2>/dev/null
   if [ -f $L/judges.log ]; then  # TRAIN_JUDGES
     echo "judges: $(cat $J/JUDGES_DONE 2>/dev/null || echo running)"
@@ -241,11 +257,24 @@ start)
     setsid nohup bash tools/gpu/judge_esconv.sh judges $TRAIN_JUDGES > $L/judges.log 2>&1 < /dev/null &
     echo "judges $TRAIN_JUDGES: training in the background (log $J/train-*.log, outcome $J/JUDGES_DONE)"
   fi
-  ARGS=(--root $L --prompts $D --steps "${STEPS:-30}" --embedding-model "$S"/minilm-q8)
+  ARGS=(--prompts $D --steps "${STEPS:-30}" --embedding-model "$S"/minilm-q8)
   [ -n "${ARMS:-}" ] && ARGS+=(--arms $ARMS)
   [ "${VLLM:-0}" = 1 ] && ARGS+=(--generation vllm --judge-backend vllm)  # TRL's colocated vLLM, vLLM judges
   [ -n "${PRM_ADAPTER:-}" ] && ARGS+=(--prm-adapter "$PRM_ADAPTER" --orm-adapter "${ORM_ADAPTER:?ORM_ADAPTER too}")
-  $LOOP plan "${ARGS[@]}" ${LOOP_ARGS:-} > $L/plan.out || { cat $L/plan.out; exit 1; }
+  if [ -n "${SEEDS:-}" ]; then  # seed replicates: $L/seedK each, planned --seed K; `base` (greedy, no training:
+    # the same answers under every seed) is evaluated in the first folder only
+    : > $L/roots.txt; first=1
+    for k in $SEEDS; do
+      mkdir -p $L/seed$k && echo $L/seed$k >> $L/roots.txt
+      extra=(); [ $first = 1 ] || extra=(--eval-policies ${ARMS:-a b c d e f})
+      $LOOP plan --root $L/seed$k "${ARGS[@]}" ${LOOP_ARGS:-} --seed "$k" "${extra[@]}" > $L/seed$k/plan.out \
+        || { cat $L/seed$k/plan.out; exit 1; }
+      first=0
+    done
+  else
+    rm -f $L/roots.txt
+    $LOOP plan --root $L "${ARGS[@]}" ${LOOP_ARGS:-} > $L/plan.out || { cat $L/plan.out; exit 1; }
+  fi
   start_driver || exit 1
   sleep 5
   wait_driver
@@ -260,7 +289,7 @@ resume)
   ;;
 stop)
   driver_alive && kill -TERM "$(cat $L/driver.pid)"
-  $LOOP stop --root $L
+  $LOOP stop --root "$(roots | head -n 1)"  # the servers' pid files are in the first folder
   collect
   ;;
 esac
