@@ -85,6 +85,9 @@ def policy_name(s: LoopSettings, short: bool = False) -> str:
     return name.removesuffix("-Instruct") if short else name
 
 
+#: with several seeds: BLEU-2 and distinct-n are figures of a policy's whole corpus of replies, which grows with seeds
+CORPUS_NOTE = (" BLEU-2 and distinct-n are corpus figures over all of a policy's replies, every seed's: compare them "
+               "between policies of the same seeds.")
 #: a Markdown file in the loop folder put verbatim at the top of the report (a correction found after the run)
 NOTES_FILE = "notes.md"
 
@@ -244,7 +247,7 @@ def _settings_line(reps: Sequence[Replicate], counts: dict[str, Any], per_dialog
             f"({counts.get('grpo_train', '?')} GRPO prompts, {counts.get('warmup', '?')} warm-up rows), evaluation on "
             f"{counts.get('eval', '?')} valid-split prompts ({per_dialogue} round(s) per valid dialogue), greedy, "
             f"{s.eval_max_tokens} new tokens. Judge scores: the shipped trained judge (unified mode). Intervals: "
-            f"bootstrap 95% over {over} ({n_boot} resamples).")
+            f"bootstrap 95% over {over} ({n_boot} resamples)." + (CORPUS_NOTE if many else ""))
 
 
 def _prefaces(reps: Sequence[Replicate], preface: Path | None) -> list[str]:

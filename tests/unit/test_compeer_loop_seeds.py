@@ -62,6 +62,7 @@ def test_two_seeds_pool_prompt_x_seed_pairs_and_the_goal_needs_every_seed(tmp_pa
     assert ("Policy SmolLM2-135M-Instruct + LoRA (profile `gpu-paper`), seeds 0, 1 (a loop folder each), 30 GRPO "
             "steps per arm from each seed's own SFT warm-up") in report
     assert "compeer-loop report --root ROOT0 --root ROOT1 --out" in report
+    assert "(200 resamples). BLEU-2 and distinct-n are corpus figures over all of a policy's replies" in report
 
 
 def test_several_seeds_show_how_each_seed_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
