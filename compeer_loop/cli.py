@@ -71,8 +71,9 @@ def make_parser() -> argparse.ArgumentParser:
                                       "warm-up) into a new ROOT, for one report")
     mg.add_argument("--out", type=Path, required=True, help="the merged loop folder (must not exist)")
     mg.add_argument("sources", type=Path, nargs="+", help="loop folders, the one that trained the warm-up first")
-    rp = sub.add_parser("report", help="write the report from ROOT")
-    rp.add_argument("--root", type=Path, required=True)
+    rp = sub.add_parser("report", help="write the report from ROOT (several --root: seed replicates, seeds pooled)")
+    rp.add_argument("--root", type=Path, required=True, action="append",
+                    help="a loop folder; repeat it for seed replicates (one folder per seed, plans equal but the seed)")
     rp.add_argument("--out", type=Path, required=True)
     rp.add_argument("--gpu-log", type=Path, help="a text file of the GPU calls made (commands, seconds), quoted")
     rp.add_argument("--eval-step", nargs="*", default=[], metavar="POLICY=STEP",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,30 @@ MANIFEST = "prompts-manifest.json"
 #: plan fields that may differ between merged folders (what ran where); every other setting must be equal
 #: (``cards`` and ``max_concurrent_arms`` place processes on a machine's GPUs; they change no number)
 MAY_DIFFER = ("arms", "eval_policies", "prm_adapter", "orm_adapter", "cards", "max_concurrent_arms")
+
+
+def plan_differences(first: LoopSettings, other: LoopSettings, may_differ: Iterable[str] = MAY_DIFFER) -> list[str]:
+    """The plan fields, other than ``may_differ``, in which two loop folders' plans differ (sorted)."""
+    a, b, free = first.to_json(), other.to_json(), set(may_differ)
+    return sorted(k for k in a.keys() | b.keys() if k not in free and a.get(k) != b.get(k))
+
+
+def check_comparable(sources: Sequence[Path], plans: Sequence[LoopSettings],
+                     may_differ: Iterable[str] = MAY_DIFFER) -> None:
+    """Refuse loop folders whose arms cannot be compared: a plan differing from the first folder's in a field other
+    than ``may_differ`` (:func:`plan_differences`), or another prompt set (``prompts-manifest.json``). One rule for
+    ``compeer-loop merge`` (:data:`MAY_DIFFER`) and for seed replicates (``seed`` may differ too,
+    :mod:`compeer_loop.seeds`)."""
+    free = tuple(may_differ)
+    for src, plan in zip(sources[1:], plans[1:]):
+        diff = plan_differences(plans[0], plan, free)
+        if diff:
+            raise ValueError(f"{src} was planned with other settings than {sources[0]} ({', '.join(diff)}; only "
+                             f"{', '.join(free)} may differ): its arms are not comparable")
+    manifests = {(s / MANIFEST).read_text() for s in sources if (s / MANIFEST).exists()}
+    if len(manifests) > 1:
+        raise ValueError(f"the folders {', '.join(map(str, sources))} were trained on different prompt sets (their "
+                         "prompts-manifest.json differ)")
 
 
 def _state(root: Path) -> dict[str, Any]:
@@ -52,15 +77,8 @@ def merge_roots(sources: list[Path], out: Path) -> LoopSettings:
     if out.exists():
         raise ValueError(f"{out} exists: merge writes a new folder")
     plans = [load_settings(s) for s in sources]
+    check_comparable(sources, plans)
     first = plans[0].to_json()
-    for src, plan in zip(sources[1:], plans[1:]):
-        diff = sorted(k for k, v in plan.to_json().items() if k not in MAY_DIFFER and first.get(k) != v)
-        if diff:
-            raise ValueError(f"{src} was planned with other settings than {sources[0]} ({', '.join(diff)}): its "
-                             "arms are not comparable")
-    manifests = {(s / MANIFEST).read_text() for s in sources if (s / MANIFEST).exists()}
-    if len(manifests) > 1:
-        raise ValueError("the folders were trained on different prompt sets (their prompts-manifest.json differ)")
     states = [_state(s) for s in sources]
     hashes = {st["warmup_sha256"] for st in states if st.get("warmup_sha256")}
     if len(hashes) > 1:

@@ -2,10 +2,12 @@
 table: strategy choice beside the majority-strategy baseline and Cohen's kappa, degenerate and repeated replies, the
 training judge's total among format-valid replies only, distinct-n on the first tokens beside the full reply, a
 constant generic reply as a control row, the independent scorer's win share against the real reply, and paired
-comparisons between arms (seeds pooled, the seed-to-seed spread beside them)."""
+comparisons between arms (seeds pooled, the seed-to-seed spread beside them; with several seeds each seed's own too),
+and the issue's goals checked against all of these (:func:`goals`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ Figures = dict[str, dict[str, Any]]
 #: arm pairs compared (first minus second), where both were evaluated
 PAIRS = (("c", "a"), ("c", "b"), ("d", "a"), ("e", "a"), ("c", "e"), ("d", "e"), ("c", "f"))
 PAIRED_KEYS = ("strategy_correct", "rouge_l", "reward_total", "reward_total_format_ok", "independent_win")
+#: the scores compared within each seed too when the report reads several seeds
+PER_SEED_KEYS = ("strategy_correct", "reward_total", "independent_win")
 NOT_VERIFIED = "judge not verified"
 
 
@@ -76,13 +80,20 @@ def replies_lines(records: dict[str, list[dict[str, Any]]], labels: dict[str, st
     return out
 
 
-def paired_section(records: dict[str, list[dict[str, Any]]], seeds: dict[str, int], n_boot: int = 2000,
+def paired_section(records: dict[str, list[dict[str, Any]]], n_boot: int = 2000,
                    seed: int = 0) -> tuple[str, dict[str, Any]]:
-    """Paired comparisons of :data:`PAIRS` on :data:`PAIRED_KEYS` (Markdown, and the figures for figures.json)."""
-    scores = {p: {k: per_prompt(rs, k, seeds[p]) for k in PAIRED_KEYS} for p, rs in records.items()}
+    """Paired comparisons of :data:`PAIRS` on :data:`PAIRED_KEYS` (Markdown, and the figures for figures.json), seeds
+    pooled: a pair is one prompt under one seed, each record's seed its ``seed`` (a record without one: ``seed``,
+    the one folder's plan seed, which also seeds the resampling). With several seeds, also each seed's own paired
+    comparisons on :data:`PER_SEED_KEYS` (``per_seed``: ``"a-b:key" -> seed -> figure``) and their table."""
+    scores = {p: {k: per_prompt(rs, k, seed) for k in PAIRED_KEYS} for p, rs in records.items()}
+    seeds = sorted({int(r.get("seed", seed)) for rs in records.values() for r in rs})
     rows = ["| comparison | score | pairs (prompt x seed) | mean difference [paired bootstrap 95%] | permutation p |",
             "|---|---|---|---|---|"]
+    per_rows = ["| comparison | score | seed | pairs | mean difference [paired bootstrap 95%] | permutation p |",
+                "|---|---|---|---|---|---|"]
     out: dict[str, Any] = {"pairs": {}, "seed_spread": {}}
+    per_seed: dict[str, dict[int, dict[str, Any]]] = {}
     for a, b in PAIRS:
         if a not in scores or b not in scores:
             continue
@@ -91,8 +102,13 @@ def paired_section(records: dict[str, list[dict[str, Any]]], seeds: dict[str, in
             if d["n"] < 2:
                 continue
             out["pairs"][f"{a}-{b}:{key}"] = d
-            rows.append(f"| ({a}) - ({b}) | {key} | {d['n']} | {d['diff']:.2f} [{d['lo']:.2f}, {d['hi']:.2f}] | "
-                        f"{d['p']:.4f} |")
+            rows.append(f"| ({a}) - ({b}) | {key} | {d['n']} | {_diff(d)} | {d['p']:.4f} |")
+            for sd in seeds if len(seeds) > 1 and key in PER_SEED_KEYS else []:
+                sa, sb = ({k: v for k, v in scores[p][key].items() if k[0] == sd} for p in (a, b))
+                ds = paired_difference(sa, sb, n_boot=n_boot, n_perm=n_boot, seed=seed)
+                if ds["n"] >= 2:
+                    per_seed.setdefault(f"{a}-{b}:{key}", {})[sd] = ds
+                    per_rows.append(f"| ({a}) - ({b}) | {key} | {sd} | {ds['n']} | {_diff(ds)} | {ds['p']:.4f} |")
     spread = ["| policy | score | per-seed means | std of per-seed means |", "|---|---|---|---|"]
     for p, by_key in scores.items():
         for key in PAIRED_KEYS:
@@ -110,7 +126,17 @@ def paired_section(records: dict[str, list[dict[str, Any]]], seeds: dict[str, in
          f"Interval: the pairs resampled with replacement ({n_boot} times); p: two-sided sign-flip permutation test "
          f"({n_boot} flips). An interval that holds 0 says the arms are not told apart on that score."),
         "", *rows, "", "Seed-to-seed spread (the standard deviation of each policy's per-seed mean):", "", *spread])
+    if len(seeds) > 1:
+        out["seeds"], out["per_seed"] = seeds, per_seed
+        text += "\n".join(["", "", "### Paired comparisons per seed",
+                           (f"The same comparisons within each seed alone ({', '.join(map(str, seeds))}; a pair is one "
+                            "prompt), for " + ", ".join(f"`{k}`" for k in PER_SEED_KEYS) + ": a goal met \"in each "
+                            "seed\" needs every seed's interval to exclude 0."), "", *per_rows])
     return text, out
+
+
+def _diff(d: dict[str, Any]) -> str:
+    return f"{d['diff']:.2f} [{d['lo']:.2f}, {d['hi']:.2f}]"
 
 
 def _compared(f: dict[str, Any]) -> bool:
@@ -175,3 +201,78 @@ def beats(figs: dict[str, dict[str, Any]], a: str, b: str, key: str,
         return (f"missed: ({a}) is higher by {diff:.2f} but the 95% intervals overlap "
                 f"([{fa['lo']:.2f}, {fa['hi']:.2f}] vs [{fb['lo']:.2f}, {fb['hi']:.2f}]; no paired figure)")
     return f"missed: ({a}) {fa['value']:.2f} is not above ({b}) {fb['value']:.2f} (by {-diff:.2f})"
+
+
+def beats_in_each_seed(figs: Figures, a: str, b: str, key: str, paired: dict[str, dict[str, Any]] | None,
+                       per_seed: dict[str, dict[int, dict[str, Any]]] | None, seeds: list[int]) -> str:
+    """Whether ``a`` beats ``b`` on ``key`` in each seed: met only when the paired 95% interval of ``a - b`` lies above
+    0 within every one of ``seeds`` (each seed's interval printed, and the pooled one after them). With one
+    seed, or no per-seed figure at all (e.g. the score was not measured): :func:`beats`."""
+    runs = (per_seed or {}).get(f"{a}-{b}:{PAIRED_OF.get(key, key)}") or {}
+    if len(seeds) < 2 or not runs:
+        return beats(figs, a, b, key, paired)
+    parts, excluded = [], 0
+    for sd in seeds:
+        d = runs.get(sd)
+        if d is None or d.get("lo") is None:
+            parts.append(f"seed {sd}: not measured")
+            continue
+        excluded += d["lo"] > 0
+        parts.append(f"seed {sd}: {_diff(d)} ({d['n']} pairs, p {d['p']:.4f})")
+    pooled = (paired or {}).get(f"{a}-{b}:{PAIRED_OF.get(key, key)}")
+    both = "" if pooled is None else f"; seeds pooled: {_diff(pooled)} ({pooled['n']} pairs, p {pooled['p']:.4f})"
+    verdict = "met" if excluded == len(seeds) else "missed"
+    return (f"{verdict}: the paired 95% interval of ({a}) - ({b}) lies above 0 in {excluded} of {len(seeds)} seeds "
+            f"({'; '.join(parts)}{both})")
+
+
+def goals(figs: dict[str, dict[str, Any]], paired: dict[str, dict[str, Any]] | None = None,
+          per_seed: dict[str, dict[int, dict[str, Any]]] | None = None, seeds: Sequence[int] = ()) -> list[str]:
+    """The issue's goals, each stated as met or missed from the figures; ``paired``: the paired comparisons
+    (``report_checks.paired_section``'s ``pairs``), which decide a "beats" goal wherever they have it; ``per_seed``
+    and ``seeds`` (several seeds): the paired comparisons within each seed, which decide the goals "(c) beats (a)/(b)
+    on the independent scorer" (met only when met in each seed)."""
+    out = [f"(c) beats (a) on strategy accuracy: {beats(figs, 'c', 'a', 'strategy_accuracy', paired)}",
+           f"(c) beats (b) on strategy accuracy: {beats(figs, 'c', 'b', 'strategy_accuracy', paired)}",
+           f"(c) beats (a) on the trained judge's reward: {beats(figs, 'c', 'a', 'reward_total', paired)}",
+           f"(c) beats (b) on the trained judge's reward: {beats(figs, 'c', 'b', 'reward_total', paired)}"]
+    c2, a2 = figure_of(figs, "c", "distinct_2"), figure_of(figs, "a", "distinct_2")
+    if c2 and a2:
+        verdict = "met" if c2["value"] >= a2["value"] else f"missed by {a2['value'] - c2['value']:.2f}"
+        out.append(f"distinct-2 of (c) not below (a)'s: {verdict} ({c2['value']:.2f} vs {a2['value']:.2f})")
+    else:
+        out.append("distinct-2 of (c) not below (a)'s: not measured")
+    for arm in ("d", "e"):  # the other trained-judge arms against the warm-up they started from
+        out.append(f"({arm}) beats (a) on strategy accuracy: {beats(figs, arm, 'a', 'strategy_accuracy', paired)}")
+        out.append(f"({arm}) beats (a) on the trained judge's reward: "
+                   f"{beats(figs, arm, 'a', 'reward_total', paired)}")
+    for arm in ("c", "d"):
+        out.append(f"reweighting ({arm}) raises distinct-2 over no reweighting (e): "
+                   f"{beats(figs, arm, 'e', 'distinct_2')}")
+    if "f" in figs:
+        out.append(f"unified (c) vs PRM + ORM (f), trained judge's reward: "
+                   f"{beats(figs, 'c', 'f', 'reward_total', paired)}; "
+                   f"strategy accuracy: {beats(figs, 'c', 'f', 'strategy_accuracy', paired)}")
+    else:
+        out.append("unified (c) vs PRM + ORM (f): (f) was not evaluated (see the run status below)")
+    # issue 26's goals: the independent scorer, strategy kappa, degenerate replies (seeds pooled)
+    for other in ("a", "b"):
+        out.append(f"(c) beats ({other}) on the independent scorer: "
+                   f"{beats_in_each_seed(figs, 'c', other, 'independent_win_share', paired, per_seed, list(seeds))}")
+    kc, ka = figure_of(figs, "c", "strategy_kappa"), figure_of(figs, "a", "strategy_kappa")
+    if kc is None or ka is None:
+        out.append("strategy kappa of (c) >= 0.15 and above (a)'s: not measured")
+    else:
+        ok = kc["value"] >= 0.15 and kc["value"] > ka["value"]
+        out.append(f"strategy kappa of (c) >= 0.15 and above (a)'s: {'met' if ok else 'missed'} "
+                   f"({kc['value']:.3f} vs (a) {ka['value']:.3f})")
+    deg = {p: f["value"] for p in sorted(figs) if (f := figure_of(figs, p, "degenerate")) is not None}
+    if deg:
+        worst = max(deg, key=deg.__getitem__)
+        ref = figure_of(figs, worst, "reference_degenerate")  # the same rule on the real replies, same prompts
+        beside = "" if ref is None else f"; the rule marks {ref['value']:.1f}% of the real supporter replies there"
+        out.append(f"degenerate replies < 2% in every arm: {'met' if deg[worst] < 2.0 else 'missed'} (highest: "
+                   f"({worst}) {deg[worst]:.1f}%{beside})")
+    else:
+        out.append("degenerate replies < 2% in every arm: not measured")
+    return out

@@ -3,12 +3,17 @@ revision, adapter and its hash; :mod:`compeer_loop.controls`), what that judge g
 and card ran each arm (:mod:`compeer_loop.placement`), the GPU time and run status, and the training curves.
 
 Everything comes from the loop folder: ``<arm>/judge.json``, ``<arm>/machine.json`` (copied with the arm by
-``compeer-loop merge``) and ``state.json``.
+``compeer-loop merge``), ``<arm>/metrics.jsonl`` and ``state.json``. With several seed replicates
+(:mod:`compeer_loop.seeds`) every section shows every seed: the judges table gains a seed column and a control line
+per seed, the "trained against" cell names each seed's judge (one phrase when all seeds agree), the curves draw a line
+per arm per seed (``c s1``), the training movement a row per arm per seed, and the GPU time a part per seed.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,8 @@ from compeer_loop.controls import read_judge_record
 from compeer_loop.placement import read_launches, where_ran
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings
 from compeer_loop.prompts import read_jsonl
+from compeer_loop.runner import STATE_FILE
+from compeer_loop.seeds import Replicate, seeded
 
 #: metrics.jsonl key(s) per curve (the first key present is drawn)
 CURVES: dict[str, tuple[str, ...]] = {
@@ -43,9 +50,7 @@ def _judge_id(served: dict[str, Any]) -> str:
     return f"{served.get('model')} ({served.get('revision')}), {adapter}"
 
 
-def trained_against(root: Path, s: LoopSettings) -> dict[str, str]:
-    """Per GRPO arm, the judge(s) it was verified to train against, one phrase each ("not verified" for an arm
-    trained before the loop checked its judges)."""
+def _trained_against(root: Path, s: LoopSettings) -> dict[str, str]:
     out = {}
     for arm in s.arms:
         if not ARM_BY_NAME[arm].grpo:
@@ -53,6 +58,19 @@ def trained_against(root: Path, s: LoopSettings) -> dict[str, str]:
         record = read_judge_record(root / arm)
         out[arm] = ("; ".join(f"{j['server']}: {_judge_id(j['served'])}" for j in record["judges"])
                     if record else "judge not verified (no judge.json)")
+    return out
+
+
+def trained_against(reps: Sequence[Replicate]) -> dict[str, str]:
+    """Per GRPO arm, the judge(s) it was verified to train against, one phrase each ("not verified" for an arm
+    trained before the loop checked its judges); with several seeds, each seed's (``seed 1: ...``) unless every seed
+    that trained the arm names the same."""
+    per_seed = [(rep.seed, _trained_against(rep.root, rep.settings)) for rep in reps]
+    out = {}
+    for arm in dict.fromkeys(a for _, judged in per_seed for a in judged):
+        said = [(seed, judged[arm]) for seed, judged in per_seed if arm in judged]
+        same = len({phrase for _, phrase in said}) == 1
+        out[arm] = said[0][1] if same else "; ".join(f"seed {seed}: {phrase}" for seed, phrase in said)
     return out
 
 
@@ -82,31 +100,42 @@ def control_line(root: Path, s: LoopSettings) -> str:
             f"({trained_arm})'s): " + "; ".join(out) + "." + warn)
 
 
-def judges_and_machines(root: Path, s: LoopSettings) -> str:
-    """One row per arm: the judge it was verified to train against, the probe's means, and where it ran."""
-    head = ("| arm | judge server | base model (revision) | adapter (hash) | probe: preference / graded "
-            "| probe: total, own / other's candidate | ran on (host, GPUs, card) |")
-    rows = [head, "|---|---|---|---|---|---|---|"]
+def _judge_rows(root: Path, s: LoopSettings, seed: str) -> list[str]:
+    """The judges table's rows of one folder; ``seed``: the seed cell with its separator ("" for one folder)."""
+    rows = []
     for arm in s.arms:
         where = where_ran(read_launches(root / arm))
         record = read_judge_record(root / arm)
         if not ARM_BY_NAME[arm].grpo or record is None:
             judge = "—" if not ARM_BY_NAME[arm].grpo else "judge not verified (no judge.json)"
-            rows.append(f"| ({arm}) | {judge} | — | — | — | — | {where} |")
+            rows.append(f"| {seed}({arm}) | {judge} | — | — | — | — | {where} |")
             continue
         for j in record["judges"]:
             sv, p = j["served"], j.get("probe") or {}
             adapter = sv.get("adapter") or "none (bare base)"
-            rows.append(f"| ({arm}) | {j['server']} (`--adapter {j['flag']}`) | {sv.get('model')} "
+            rows.append(f"| {seed}({arm}) | {j['server']} (`--adapter {j['flag']}`) | {sv.get('model')} "
                         f"({sv.get('revision')}) | {adapter} | {_num(p.get('preference'))} / "
                         f"{_num(p.get('graded_preference'))} | {_num(p.get('total_own'))} / "
                         f"{_num(p.get('total_other'))} | {where} |")
+    return rows
+
+
+def judges_and_machines(reps: Sequence[Replicate]) -> str:
+    """One row per arm (per seed, with a seed column, when several): the judge it was verified to train against,
+    the probe's means, and where it ran; then (b)'s control line (one per seed)."""
+    many = seeded(reps)
+    head = ("| " + ("seed | " if many else "") + "arm | judge server | base model (revision) | adapter (hash) | probe: "
+            "preference / graded | probe: total, own / other's candidate | ran on (host, GPUs, card) |")
+    rows = [head, "|" + "---|" * (8 if many else 7)]
+    for rep in reps:
+        rows += _judge_rows(rep.root, rep.settings, f"{rep.seed} | " if many else "")
+    controls = [(f"Seed {rep.seed}: " if many else "") + control_line(rep.root, rep.settings) for rep in reps]
     return "\n".join([
         ("Each GRPO arm's judge servers were asked for their `Info` before the arm trained and checked against the "
          "plan (base model and pinned revision; adapter none for (b), the shipped adapter's id for the trained judge); "
          "a mismatch stops the arm. The probe: the first warm-up rows, each group the row's own gold-facts CER target "
          "and another dialogue's, against the real supporter turn; discrete means unless marked graded."),
-        "", *rows, "", control_line(root, s)])
+        "", *rows, "", *controls])
 
 
 def gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
@@ -136,30 +165,68 @@ def gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
         lines.append(f"- arm ({name}): {a.get('status')}, {step}{secs}{again}{ran}")
     for name, e in sorted(state.get("eval", {}).items()):
         lines.append(f"- evaluation of {name}: {e}")
-    if gpu_log is not None and gpu_log.exists():
-        lines += ["", "GPU calls (as logged by the lead):", "```", gpu_log.read_text().strip(), "```"]
-    return "\n".join(lines)
+    return "\n".join(lines + gpu_log_lines(gpu_log))
 
 
-def write_curves(root: Path, s: LoopSettings, out: Path) -> list[str]:
-    """One PNG per curve, a line per GRPO arm; curves no arm logged are left out."""
+def gpu_log_lines(gpu_log: Path | None) -> list[str]:
+    """The GPU calls file quoted (nothing when there is none)."""
+    if gpu_log is None or not gpu_log.exists():
+        return []
+    return ["", "GPU calls (as logged by the lead):", "```", gpu_log.read_text().strip(), "```"]
+
+
+def gpu_sections(reps: Sequence[Replicate], gpu_log: Path | None) -> str:
+    """:func:`gpu_section` of one folder; of several seeds, one part per seed, the GPU calls quoted once after them."""
+    states = [json.loads((r.root / STATE_FILE).read_text()) if (r.root / STATE_FILE).exists() else {} for r in reps]
+    if not seeded(reps):
+        return gpu_section(states[0], gpu_log)
+    parts = [f"**Seed {rep.seed}** (`{rep.root}`): " + gpu_section(st, None) for rep, st in zip(reps, states)]
+    return "\n".join(["\n\n".join(parts), *gpu_log_lines(gpu_log)])
+
+
+def _arm_tag(arm: str, seed: int | None) -> str:
+    """``(c)``, or ``(c) seed 1`` when the report reads several seeds."""
+    return f"({arm})" if seed is None else f"({arm}) seed {seed}"
+
+
+def quarters(reps: Sequence[Replicate], key: str) -> dict[str, tuple[float, float]]:
+    """Per GRPO arm (per arm and seed, :func:`_arm_tag`, when several seeds), the mean of a logged metric over the
+    first and the last quarter of its steps."""
+    out = {}
+    for rep in reps:
+        for arm in rep.settings.arms:
+            path = rep.root / arm / "metrics.jsonl"
+            if not ARM_BY_NAME[arm].grpo or not path.exists():
+                continue
+            ys = [float(r[key]) for r in read_jsonl(path) if isinstance(r.get(key), (int, float))]
+            if len(ys) >= 2:
+                k = max(1, len(ys) // 4)
+                out[_arm_tag(arm, rep.seed if seeded(reps) else None)] = (sum(ys[:k]) / k, sum(ys[-k:]) / k)
+    return out
+
+
+def write_curves(reps: Sequence[Replicate], out: Path) -> list[str]:
+    """One PNG per curve, a line per GRPO arm (per arm and seed, labelled ``c s1``, when several seeds); curves no
+    arm logged are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = {a: read_jsonl(root / a / "metrics.jsonl") for a in s.arms
-               if ARM_BY_NAME[a].grpo and (root / a / "metrics.jsonl").exists()}
+    many = seeded(reps)
+    metrics = {(f"{a} s{rep.seed}" if many else f"({a})"): read_jsonl(rep.root / a / "metrics.jsonl")
+               for rep in reps for a in rep.settings.arms
+               if ARM_BY_NAME[a].grpo and (rep.root / a / "metrics.jsonl").exists()}
     written = []
     for name, keys in CURVES.items():
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
         drawn = 0
-        for arm, rows in metrics.items():
+        for label, rows in metrics.items():
             key = next((k for k in keys if any(k in r for r in rows)), None)
             pts = [(r["step"], r[key]) for r in rows if key and isinstance(r.get(key), (int, float))
                    and math.isfinite(float(r[key]))]
             if pts:
-                ax.plot(*zip(*pts), marker="o", markersize=2, label=f"({arm})")
+                ax.plot(*zip(*pts), marker="o", markersize=2, label=label)
                 drawn += 1
         if drawn:
             ax.set_xlabel("GRPO step")

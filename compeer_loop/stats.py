@@ -244,13 +244,14 @@ PER_PROMPT: dict[str, Callable[[Record], float | None]] = {
 }
 
 
-def per_prompt(records: Sequence[Record], key: str, seed: int) -> dict[tuple[int, str], float]:
-    """``(seed, prompt id) -> score`` of the answered records that have a ``key`` score (:data:`PER_PROMPT`)."""
+def per_prompt(records: Sequence[Record], key: str, seed: int = 0) -> dict[tuple[int, str], float]:
+    """``(seed, prompt id) -> score`` of the answered records that have a ``key`` score (:data:`PER_PROMPT`); the seed
+    is the record's own ``seed`` (records of several seed replicates pooled), ``seed`` for a record without one."""
     out = {}
     for r in records:
         value = PER_PROMPT[key](r) if r.get("status") == "ok" else None
         if value is not None:
-            out[(seed, str(r["id"]))] = float(value)
+            out[(int(r.get("seed", seed)), str(r["id"]))] = float(value)
     return out
 
 

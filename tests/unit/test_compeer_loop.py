@@ -154,15 +154,17 @@ def test_paired_intervals_decide_the_goals_and_issue_26s_goals_are_checked() -> 
 
 
 def test_the_conclusion_counts_what_was_measured(tmp_path: Path) -> None:
+    from compeer_loop.seeds import Replicate
+
     s = LoopSettings(prompts=str(tmp_path), arms=["a"])
     partial = goals({"a": {"figures": {"strategy_accuracy": _fig(10, 8, 12)}}})
-    text = conclusion(partial, tmp_path, s)
+    text = conclusion(partial, [Replicate(tmp_path, s)])
     assert f"0 of {len(partial)} checks are met (0 measured)." in text
     assert "Not measured in this run: (c) beats (a) on strategy accuracy" in text
     figs = {p: {"figures": {"strategy_accuracy": _fig(*v), "reward_total": _fig(*v), "distinct_2": _fig(*v)}}
             for p, v in {"a": (10, 8, 12), "b": (20, 15, 25), "c": (30, 28, 32), "d": (30, 20, 40),
                          "e": (25, 24, 26), "f": (1, 0, 2)}.items()}
-    full = conclusion(goals(figs), tmp_path, s)
+    full = conclusion(goals(figs), [Replicate(tmp_path, s)])
     assert "11 of 16 checks are met (12 measured)." in full
     assert "Not measured in this run: (c) beats (a) on the independent scorer" in full
 
@@ -620,6 +622,7 @@ def test_the_esc_section_names_dimensions_the_scorer_gave_one_score_everywhere(t
     """Machine 3's scorer (base SmolLM2) gave 4.00 on Fluency, Empathy and Overall to every dialogue: the loop's
     report names those dimensions under the table rather than leaving their means to speak."""
     from compeer_loop.report import esc_section
+    from compeer_loop.seeds import Replicate
 
     s = LoopSettings(prompts="/data", arms=["a"], eval_policies=["base", "a"])
     dims = {"Fluency": (4.0, 1.0), "Empathy": (4.0, 1.0), "Skill": (3.86, 0.86)}
@@ -630,7 +633,7 @@ def test_the_esc_section_names_dimensions_the_scorer_gave_one_score_everywhere(t
             "rounds": 5, "roles": {"simulator": "sim", "scorer": "scorer"},
             "dimensions": {d: {"mean": m, "n": 50, "unparsed": 0, "modal_share": share}
                            for d, (m, share) in dims.items()}}))
-    text = esc_section(tmp_path, s)
+    text = esc_section([Replicate(tmp_path, s)])
     notes = [line for line in text.splitlines() if line.startswith("- ")]
     assert len(notes) == 2 and all("at least 90% of the dialogues on Fluency, Empathy;" in n for n in notes)
     assert notes[0].startswith("- base (no training): ") and not any("Skill" in n for n in notes)

@@ -26,6 +26,7 @@ from compeer_loop.placement import (
     where_ran,
 )
 from compeer_loop.plan import ARM_BY_NAME, JudgeServer, LoopSettings, all_judges
+from compeer_loop.seeds import Replicate
 from judge.engines.base import EngineConfig
 from tests.unit.fakes import scripted_judge
 from tests.unit.live_service import live_service
@@ -140,9 +141,9 @@ def test_the_driver_checks_each_judge_and_probes_it_before_the_arm_trains(
                                             "revision": f"fake+{bare.revision_hash}", "adapter": None}]
     from compeer_loop.report_runs import control_line, judges_and_machines, trained_against
 
-    assert trained_against(root, s)["b"].endswith("no adapter (bare base)")
-    assert trained.adapter in trained_against(root, s)["c"]
-    section = judges_and_machines(root, s)
+    assert trained_against([Replicate(root, s)])["b"].endswith("no adapter (bare base)")
+    assert trained.adapter in trained_against([Replicate(root, s)])["c"]
+    section = judges_and_machines([Replicate(root, s)])
     assert "| (b) | base (`--adapter none`) |" in section and "| none (bare base) | -1.00 /" in section
     assert "preference -1.00 vs 1.00;" in control_line(root, s)
 
@@ -232,7 +233,7 @@ def test_on_four_cards_three_arms_run_at_once_one_per_card_and_each_records_its_
     assert "gpu-host-1: 4 x NVIDIA H100 80GB HBM3; judge servers on card 0, arms on 1, 2, 3" in section
     assert "- arm (b): done, None steps" not in section and "ran on gpu-host-1" in section
     row_a = "| (a) | — | — | — | — | — | gpu-host-1 (4 x NVIDIA H100 80GB HBM3, card 1) |"
-    assert row_a in judges_and_machines(root, s)
+    assert row_a in judges_and_machines([Replicate(root, s)])
 
 
 def test_the_launches_of_an_arm_on_two_machines_are_both_named(tmp_path: Path) -> None:

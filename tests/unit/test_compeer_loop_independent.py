@@ -162,7 +162,7 @@ def test_win_share_and_the_paired_difference_use_only_prompts_both_arms_have_ok(
     assert set(sc) == {(0, "p0"), (0, "p1"), (0, "p2")} and set(sa) == {(0, "p0"), (0, "p1"), (0, "p3")}
     d = paired_difference(sc, sa, n_boot=200, n_perm=200)
     assert d["n"] == 2 and d["diff"] == pytest.approx(0.5)  # p0: 1 - 0, p1: 0.5 - 0.5
-    _, out = paired_section({"c": c, "a": a}, {"c": 0, "a": 0}, n_boot=100)
+    _, out = paired_section({"c": c, "a": a}, n_boot=100)
     assert out["pairs"]["c-a:independent_win"]["n"] == 2
     assert out["pairs"]["c-a:independent_win"]["diff"] == pytest.approx(0.5)
 
@@ -175,7 +175,7 @@ def test_report_shows_the_win_share_and_decides_the_goal_by_the_paired_interval(
     assert "| independent: win share vs the real reply | independent: answers naming A % / not scored % |" in table
     assert "| 0.88 [" in table and "| 50.0 [50.0, 50.0] / 0.0 [0.0, 0.0] |" in table
     assert "Compared: c, a." in independent_section(figs, "judge-base")
-    _, paired = paired_section({"c": c, "a": a}, {"c": 0, "a": 0}, n_boot=200)
+    _, paired = paired_section({"c": c, "a": a}, n_boot=200)
     line = next(g for g in goals(figs, paired["pairs"]) if g.startswith("(c) beats (a) on the independent scorer"))
     assert ": met: (c) - (a) = " in line and "12 pairs" in line
 
