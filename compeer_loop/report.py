@@ -154,8 +154,10 @@ def esc_section(reps: Sequence[Replicate]) -> str:
     e0 = runs[0][1]
     flat = [f"- {note}" for label, e in runs if (note := flat_note(label, e))]
     return "\n".join([(f"{e0['rounds']} rounds per dialogue; simulated seeker `{e0['roles']['simulator']}`, scorer "
-                      f"`{e0['roles']['scorer']}` (0-4 per dimension; a mean is over the scores that parsed). With a "
-                      "135M scorer these scores say little; the unparsed share and the lines below say how little."),
+                      f"`{e0['roles']['scorer']}` (0-4 per dimension; a mean is over the scores that parsed). "
+                      + ("With a 135M scorer these scores say little" if "135M" in str(e0["roles"]["scorer"]) else
+                         "The scorer is a zero-shot instruct model, not a trained rater")
+                      + "; the unparsed share and the lines below say how little."),
                       "", *rows, *([""] + flat if flat else [])])
 
 
@@ -334,8 +336,9 @@ def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None =
         what_the_reward_follows(records, reps, labels),
         "",
         "## Published ESConv figures, for scale",
-        ("Their models are fine-tuned on ESConv (BlenderBot 90M-class and larger) and decode the reply alone; here a "
-         "135M instruct model writes the four CER parts and only the `<response>` part is scored; splits, "
+        ("Their models are fine-tuned on ESConv (BlenderBot 90M-class and larger) and decode the reply alone; here "
+         + ("a 135M instruct model" if s.policy_model == DEFAULT_MODEL else policy_name(s))
+         + " writes the four CER parts and only the `<response>` part is scored; splits, "
          "tokenisation and BLEU variants differ (docs/evaluator.md)."),
         "",
         published_table(),

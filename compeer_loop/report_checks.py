@@ -7,6 +7,7 @@ and the issue's goals checked against all of these (:func:`goals`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,15 +69,18 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
 
 
 def replies_lines(records: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> list[str]:
-    """Per policy: its most frequent reply and share, and how many replies each degenerate rule marked."""
+    """Per policy: its most frequent reply and share, how many replies each degenerate rule marked, and the
+    strategies its replies name (a policy that names one strategy for every prompt has collapsed onto it)."""
     out = []
     for name, rs in records.items():
         answered = [r for r in rs if r.get("status") == "ok"]
         share, reply = top_reply_share([r["text"] for r in answered])
         marks = ", ".join(f"{k} {v}" for k, v in sorted(mark_counts(rs).items(), key=lambda x: -x[1]))
         shown = " ".join(str(reply).split())[:120]
+        named = Counter(str(r.get("strategy") or "none") for r in answered).most_common(3)
+        strategies = ", ".join(f"{k} {100.0 * v / len(answered):.1f}%" for k, v in named) if answered else "n/a"
         out.append(f"- {labels[name]}: most frequent reply ({share or 0:.1f}% of {len(answered)}): \"{shown}\"; "
-                   f"marks: {marks}")
+                   f"marks: {marks}; strategies named (top 3): {strategies}")
     return out
 
 
