@@ -138,8 +138,10 @@ def judges_and_machines(reps: Sequence[Replicate]) -> str:
         "", *rows, "", *controls])
 
 
-def gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
-    """Driver wall time, the machines (merged folders: one line each), every arm's and evaluation's status."""
+def gpu_section(state: dict[str, Any], gpu_log: Path | None, root: Path | None = None) -> str:
+    """Driver wall time, the machines (merged folders: one line each), every arm's and evaluation's status; ``root``:
+    the loop folder, whose ``eval/<policy>/done.json`` marks an evaluation done that finished after the last
+    ``state.json`` was packed (the driver writes the state between polls)."""
     machine = state.get("machine") or {}
     where = (f" ({machine.get('hostname')}: {machine.get('gpus')}; judge servers on card "
              f"{(state.get('placement') or {}).get('judge_card')}, arms on "
@@ -164,6 +166,8 @@ def gpu_section(state: dict[str, Any], gpu_log: Path | None) -> str:
         ran = f"; ran on {a['ran_on']}" if a.get("ran_on") else ""
         lines.append(f"- arm ({name}): {a.get('status')}, {step}{secs}{again}{ran}")
     for name, e in sorted(state.get("eval", {}).items()):
+        if e != "done" and root is not None and (root / "eval" / name / "done.json").is_file():
+            e = f"done (finished after the driver last wrote its state: {e} there)"
         lines.append(f"- evaluation of {name}: {e}")
     return "\n".join(lines + gpu_log_lines(gpu_log))
 
@@ -179,8 +183,8 @@ def gpu_sections(reps: Sequence[Replicate], gpu_log: Path | None) -> str:
     """:func:`gpu_section` of one folder; of several seeds, one part per seed, the GPU calls quoted once after them."""
     states = [json.loads((r.root / STATE_FILE).read_text()) if (r.root / STATE_FILE).exists() else {} for r in reps]
     if not seeded(reps):
-        return gpu_section(states[0], gpu_log)
-    parts = [f"**Seed {rep.seed}** (`{rep.root}`): " + gpu_section(st, None) for rep, st in zip(reps, states)]
+        return gpu_section(states[0], gpu_log, reps[0].root)
+    parts = [f"**Seed {rep.seed}** (`{rep.root}`): " + gpu_section(st, None, rep.root) for rep, st in zip(reps, states)]
     return "\n".join(["\n\n".join(parts), *gpu_log_lines(gpu_log)])
 
 

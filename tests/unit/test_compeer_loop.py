@@ -407,6 +407,12 @@ def test_distinct_intervals_are_shifted_onto_the_figure() -> None:
     assert plain["hi"] < plain["value"]  # the bias this corrects
     assert shifted["lo"] <= shifted["value"] <= shifted["hi"]
     assert shifted["hi"] - shifted["lo"] == pytest.approx(plain["hi"] - plain["lo"])
+    top = bootstrap(records, FIGURES["top_reply_share"], n_boot=200)  # 40 distinct replies: 2.5%
+    assert top["lo"] > top["value"]  # a resample repeats replies: its top share is at least 5%
+    from compeer_loop.stats import BIAS_SHIFTED  # the figures summarise() shifts
+
+    shifted = bootstrap(records, FIGURES["top_reply_share"], n_boot=200, shift_bias="top_reply_share" in BIAS_SHIFTED)
+    assert shifted["value"] == pytest.approx(2.5) and shifted["lo"] <= shifted["value"] <= shifted["hi"]
 
 
 class _NaNGrad(torch.autograd.Function):
@@ -525,6 +531,11 @@ def test_merge_joins_arms_trained_on_two_machines_and_refuses_what_is_not_compar
 
     section = gpu_section(state, None)
     assert "2 loop folders merged" in section and "- m2: 100 s; trained d, e; evaluated d, e" in section
+    state["eval"] = {"d": "running", "e": "running"}  # packed before the driver saw them finish
+    (tmp_path / "all" / "eval" / "e" / "done.json").unlink()
+    section = gpu_section(state, None, tmp_path / "all")
+    assert "- evaluation of d: done (finished after the driver last wrote its state: running there)" in section
+    assert "- evaluation of e: running" in section
 
     other_lr = _loop_folder(tmp_path / "lr", ["a", "d"], ["d"], "aa11", restored=True, learning_rate=1e-4)
     with pytest.raises(ValueError, match="learning_rate"):
