@@ -1,0 +1,69 @@
+"""What the trained judge pays for, per named strategy, and how GRPO moved the named strategies (issue 26's run of
+2026-11-30; numbers quoted in report.md's written notes).
+
+    python docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.py > docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.txt
+
+Reads ``inputs/results.tar.xz`` (seed 0's evaluation records and training completions). Part 1: for each policy's
+format-valid, judged replies, grouped by the strategy the reply names and whether that is the round's annotated
+strategy, the trained judge's preference reward against the real supporter reply (+1 the candidate better, -1 the real
+reply better), its mean step reward and the reply's length in words. Part 2: the strategy each GRPO training
+completion names (the first ESConv strategy name in its ``<strategy>`` part), per quarter of the 60 steps.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import statistics
+import tarfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NAMES = ("Question", "Restatement or Paraphrasing", "Reflection of Feelings", "Self-disclosure",
+         "Affirmation and Reassurance", "Providing Suggestions", "Information", "Others")
+
+
+def read(tar: tarfile.TarFile, name: str) -> list[dict]:
+    member = tar.extractfile(name)
+    assert member is not None, name
+    return [json.loads(line) for line in io.TextIOWrapper(member, encoding="utf-8") if line.strip()]
+
+
+def named(text: str) -> str:
+    m = re.search(r"<strategy>(.*?)(</strategy>|$)", text, re.DOTALL)
+    part = m.group(1) if m else ""
+    hits = [(part.find(n), n) for n in NAMES if n in part]
+    return min(hits)[1] if hits else "none"
+
+
+def main() -> None:
+    with tarfile.open(HERE / "inputs" / "results.tar.xz") as tar:
+        print("policy | named strategy | annotated? | replies | preference (mean) | steps (mean) | words (mean)")
+        for policy in ("a", "b", "c"):
+            groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+            for r in read(tar, f"seed0/eval/{policy}/records.jsonl"):
+                if r.get("judge_status") == "ok" and r.get("format_ok"):
+                    s = r.get("strategy") or "none"
+                    groups[(s, "annotated" if s == r.get("gold_strategy") else "other")].append(r)
+            for (s, gold), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+                if len(rs) < 5:
+                    continue
+                print(f"({policy}) | {s} | {gold} | {len(rs)} | "
+                      f"{statistics.mean(r['reward_preference'] for r in rs):.2f} | "
+                      f"{statistics.mean(r.get('reward_steps_mean') or 0.0 for r in rs):.2f} | "
+                      f"{statistics.mean(len(r['text'].split()) for r in rs):.1f}")
+        print()
+        for arm in ("b", "c"):
+            by: dict[int, Counter] = defaultdict(Counter)
+            for r in read(tar, f"seed0/{arm}/completions.jsonl"):
+                by[min(3, (int(r.get("step", 1)) - 1) * 4 // 60)][named(r["text"])] += 1
+            for q in sorted(by):
+                n = sum(by[q].values())
+                top = ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in by[q].most_common(3))
+                print(f"({arm}) steps quarter {q + 1}: {n} completions; {top}")
+
+
+if __name__ == "__main__":
+    main()
