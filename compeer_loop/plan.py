@@ -265,11 +265,12 @@ def grpo_argv(arm: Arm, s: LoopSettings, root: Path, servers: dict[str, JudgeSer
 
 def arm_env(arm: Arm, s: LoopSettings) -> dict[str, str]:
     """The environment a GRPO arm needs beyond its card: with ``generation`` vllm, torch.distributed's one-process
-    launch for TRL's colocated vLLM, on a port of the arm's own (arms train at once)."""
+    launch for TRL's colocated vLLM, on a port of the arm's own (arms train at once, and so do the arms of seed
+    replicates on other cards: the port also depends on the seed)."""
     if s.generation != "vllm":
         return {}
-    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(MASTER_PORT_BASE + [a.name for a in ARMS].index(arm.name))}
+    port = MASTER_PORT_BASE + [a.name for a in ARMS].index(arm.name) + len(ARMS) * (s.seed % 100)
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
 def warmup_argv(s: LoopSettings, root: Path) -> list[str]:

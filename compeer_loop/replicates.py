@@ -1,9 +1,16 @@
 """Seed replicates run by one driver: several loop folders (each its own warm-up and arms, planned ``--seed`` apart)
-sharing one set of judge servers, so the servers start once and one folder's evaluations run while the next folder's
-arms train (``compeer-loop run --root R0 --root R1 ...``; ``tools/gpu/compeer_loop.sh`` with ``SEEDS``)."""
+sharing one set of judge servers, so the servers start once and a folder's evaluations run while other folders' arms
+train (``compeer-loop run --root R0 --root R1 ...``; ``tools/gpu/compeer_loop.sh`` with ``SEEDS``).
+
+On a machine with one arm card (or one card) the folders train one after the other. With several arm cards (a
+four-GPU machine: the judges on the first card, three arm cards) the folders train side by side, each on an arm card
+of its own (folder k on arm card k modulo their number; a card's folders in turn), in one thread each; every
+evaluation stays on the judges' card."""
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from typing import Any
 
 from compeer_loop.procs import stop_servers
@@ -32,10 +39,25 @@ def run_replicates(drivers: list[Driver], evaluate: bool = True) -> list[dict[st
     first.start_servers(needed)
     for d in drivers:
         d.save()
-    for d in drivers:
-        d.run_arms()
-        if evaluate and "trained" in needed:
-            d.start_evals()  # the policies that finished in the last poll: evaluated while the next folder trains
+    errors: list[BaseException] = []
+
+    def train(lane: list[Driver]) -> None:
+        try:
+            for d in lane:
+                d.run_arms()
+                if evaluate and "trained" in needed:
+                    d.start_evals()  # the policies that finished in the last poll: evaluated while the next trains
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the driver's thread once every lane has stopped
+            errors.append(exc)
+
+    threads = [threading.Thread(target=train, args=(lane,), name=f"lane-{k}") for k, lane in enumerate(lanes(drivers))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        stop_servers(first.root)
+        raise errors[0]
     for d in drivers:
         if evaluate and "trained" in needed:
             d.run_eval()
@@ -45,3 +67,16 @@ def run_replicates(drivers: list[Driver], evaluate: bool = True) -> list[dict[st
     if needed:
         stop_servers(first.root)
     return [d.finish() for d in drivers]
+
+
+def lanes(drivers: list[Driver]) -> list[list[Driver]]:
+    """The folders each arm card trains, in turn: with several arm cards and several folders, folder k on arm card k
+    modulo the number of cards (its placement narrowed to that card); otherwise one lane of every folder in order."""
+    cards = drivers[0].placement.arm_cards
+    if len(drivers) < 2 or len(cards) < 2 or drivers[0].placement.shared:
+        return [list(drivers)]
+    n = min(len(cards), len(drivers))
+    for k, d in enumerate(drivers):
+        d.placement = replace(d.placement, arm_cards=(cards[k % n],))
+        d.state["placement"] = d.placement.to_json()
+    return [drivers[k::n] for k in range(n)]

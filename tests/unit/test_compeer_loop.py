@@ -758,3 +758,64 @@ def test_the_gpu_script_packs_every_seed_folder_of_a_seeds_run(tmp_path: Path) -
     assert "seed0/eval/base/records.jsonl" in listed and "seed1/eval/base/records.jsonl" not in listed
     status = (tmp_path / "out" / "status.txt").read_text()
     assert "== seed0/" in status and "== seed1/" in status
+
+
+_FAKE_ARM_CARD = """
+import os, pathlib, sys, time
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+log = pathlib.Path(argv[argv.index("--log") + 1])
+me = out.parent.name + "/" + out.name
+(log / (out.parent.name + "-" + out.name + ".running")).write_text("")
+time.sleep(0.3)
+others = sorted(p.stem.replace("-", "/") for p in log.glob("*.running") if p.stem.replace("-", "/") != me)
+with (log / "calls.log").open("a") as fh:
+    fh.write(me + " card " + os.environ.get("CUDA_VISIBLE_DEVICES", "-") + " port " + os.environ.get("MASTER_PORT", "-")
+             + " alongside " + ",".join(others) + "\\n")
+time.sleep(0.3)
+(log / (out.parent.name + "-" + out.name + ".running")).unlink()
+(out / "final").mkdir(parents=True)
+(out / "final" / "adapter_config.json").write_text("{}")
+"""
+
+
+def test_seed_replicates_train_side_by_side_on_their_own_arm_cards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several arm cards (judges on card 0, arms on 1 and 2) two folders train at once, each on an arm card of its
+    own, their vLLM arms on distinct torch.distributed ports; a lane that fails stops the run with its error."""
+    import sys
+
+    from compeer_loop import replicates, runner
+
+    roots, plans = [], []
+    for seed in (0, 1):
+        root = tmp_path / f"seed{seed}"
+        root.mkdir()
+        s = LoopSettings(prompts=str(tmp_path), arms=["a", "b", "c"], eval_policies=[], seed=seed, cards=["0", "1", "2"],
+                         generation="vllm")
+        (root / "plan.json").write_text(json.dumps(s.to_json()))
+        roots.append(root)
+        plans.append(s)
+    monkeypatch.setattr(runner, "POLL_S", 0.05)
+    monkeypatch.setattr(runner.Driver, "start_servers", lambda self, names: None)
+    monkeypatch.setattr(replicates, "stop_servers", lambda root: None)
+    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
+    monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
+    monkeypatch.setattr(runner, "verify_arm", lambda *args: {})
+    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
+        sys.executable, "-c", _FAKE_ARM_CARD, "--out", str(root / arm.name), "--log", str(tmp_path)])
+    drivers = [runner.Driver(r, s) for r, s in zip(roots, plans)]
+    states = replicates.run_replicates(drivers, evaluate=False)
+    assert [{k: v["status"] for k, v in st["arms"].items()} for st in states] == [
+        {"a": "done", "b": "done", "c": "done"}] * 2
+    calls = {line.split()[0]: line.split() for line in (tmp_path / "calls.log").read_text().splitlines()}
+    assert {k: v[2] for k, v in calls.items()} == {"seed0/b": "1", "seed0/c": "1", "seed1/b": "2", "seed1/c": "2"}
+    assert len({v[4] for v in calls.values()}) == 4  # four distinct ports
+    assert any("seed1/" in v[-1] for k, v in calls.items() if k.startswith("seed0/"))  # the folders overlapped
+    assert [st["placement"]["arm_cards"] for st in states] == [["1"], ["2"]]
+
+    def broken(self: Any) -> None:
+        raise RuntimeError("lane broke")
+    monkeypatch.setattr(runner.Driver, "run_arms", broken)
+    with pytest.raises(RuntimeError, match="lane broke"):
+        replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)

@@ -20,7 +20,8 @@
 #            SEEDS='0 1 2' on start: seed replicates, one loop folder each ($L/seedK, planned --seed K; `base` is
 #                                                  evaluated in the first only), run by one driver on the same judge
 #                                                  servers one after the other (each folder's evaluations overlap the
-#                                                  next one's training); wait/resume/stop and $OUT cover every folder
+#                                                  next one's training; with several arm cards side by side, one arm
+#                                                  card each); wait/resume/stop and $OUT cover every folder
 #                                                  (seedK/ in results.tar.xz); export/import move one folder (no SEEDS)
 #   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
 #                                                  the status, packs what is finished to $OUT
