@@ -672,94 +672,6 @@ def test_the_evaluation_loads_a_named_policy_base_from_the_model_store(tmp_path:
     assert asked == ["default", "qwen2.5-coder-1.5b"]
 
 
-_FAKE_ARM_SHARED = """
-import pathlib, sys, time
-argv = sys.argv[1:]
-out = pathlib.Path(argv[argv.index("--out") + 1])
-log = pathlib.Path(argv[argv.index("--log") + 1])
-me = out.parent.name + "/" + out.name
-(log / (out.parent.name + "-" + out.name + ".running")).write_text("")
-time.sleep(0.15)  # both arms of a pair have started by now
-others = sorted(p.stem.replace("-", "/") for p in log.glob("*.running") if p.stem.replace("-", "/") != me)
-with (log / "calls.log").open("a") as fh:
-    fh.write(me + " alongside " + ",".join(others) + "\\n")
-time.sleep(0.2)
-(log / (out.parent.name + "-" + out.name + ".running")).unlink()
-(out / "final").mkdir(parents=True)
-(out / "final" / "adapter_config.json").write_text("{}")
-"""
-
-
-def test_seed_replicates_share_one_set_of_judge_servers_and_train_one_folder_after_the_other(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``compeer-loop run --root R0 --root R1``: the servers are started once (by the first folder) and stopped once,
-    each folder trains its own warm-up (its plan's seed) and arms, never beside the other folder's arms, and each gets
-    its DONE; folders whose judge-server settings differ are refused before anything starts."""
-    import sys
-
-    from compeer_loop import replicates, runner
-
-    roots, plans = [], []
-    for seed in (0, 1):
-        root = tmp_path / f"seed{seed}"
-        root.mkdir()
-        s = LoopSettings(prompts=str(tmp_path), arms=["a", "b", "c"], eval_policies=[], seed=seed,
-                         max_concurrent_arms=2)
-        (root / "plan.json").write_text(json.dumps(s.to_json()))
-        roots.append(root)
-        plans.append(s)
-    monkeypatch.setattr(runner, "POLL_S", 0.05)
-    started: list[tuple[str, set[str]]] = []
-    stopped: list[Path] = []
-    monkeypatch.setattr(runner.Driver, "start_servers", lambda self, names: started.append((self.root.name, names)))
-    monkeypatch.setattr(replicates, "stop_servers", lambda root: stopped.append(root))
-    monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
-    monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
-    monkeypatch.setattr(runner, "verify_arm", lambda *args: {})
-    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
-        sys.executable, "-c", _FAKE_ARM_SHARED, "--out", str(root / arm.name), "--log", str(tmp_path)])
-    states = replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
-    assert started == [("seed0", {"base", "trained"})] and stopped == [roots[0]]
-    assert [{k: v["status"] for k, v in st["arms"].items()} for st in states] == [
-        {"a": "done", "b": "done", "c": "done"}] * 2
-    assert all((r / "DONE").read_text() == "ok" and (r / "a" / "warmup" / "adapter").is_dir() for r in roots)
-    calls = sorted((tmp_path / "calls.log").read_text().splitlines())
-    assert [c.split()[0] for c in calls] == ["seed0/b", "seed0/c", "seed1/b", "seed1/c"]
-    for line in calls:  # b and c of one folder train together (max_concurrent_arms 2), never beside the other's
-        name, _, beside = line.partition(" alongside ")
-        assert all(b.split("/")[0] == name.split("/")[0] for b in beside.split(",") if b), line
-    other = LoopSettings(prompts=str(tmp_path), arms=["a", "c"], eval_policies=[], seed=2, base_port=50071)
-    with pytest.raises(ValueError, match="base_port"):
-        replicates.run_replicates([runner.Driver(roots[0], plans[0]), runner.Driver(roots[1], other)])
-
-
-def test_the_gpu_script_packs_every_seed_folder_of_a_seeds_run(tmp_path: Path) -> None:
-    """`compeer_loop.sh` with SEEDS keeps one loop folder per seed ($L/seedK, listed in roots.txt): `wait` reports
-    every folder's status and packs each folder's results under seedK/ in the one results.tar.xz."""
-    import subprocess
-
-    script = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "compeer_loop.sh"
-    top = tmp_path / "loop"
-    for seed, evals in ((0, ["base", "a", "c"]), (1, ["a", "c"])):
-        r = _loop_folder(top / f"seed{seed}", ["a", "c"], evals, f"sha{seed}", seed=seed)
-        (r / "DONE").write_text("ok")
-    (top / "roots.txt").write_text(f"{top / 'seed0'}\n{top / 'seed1'}\n")
-    env = {**os.environ, "LOOP_ROOT": str(top), "OUT": str(tmp_path / "out"), "PY": sys.executable,
-           "CALL_BUDGET_S": "0", "LOOP_DATA": str(tmp_path / "data")}
-    (tmp_path / "out").mkdir()
-    done = subprocess.run(["bash", str(script), "wait"], env=env, capture_output=True, text=True, timeout=120,
-                          check=False, cwd=script.parents[2])
-    assert done.stdout.count("DONE: ok") == 2, done.stdout + done.stderr
-    listed = subprocess.run(["tar", "-tJf", str(tmp_path / "out" / "results.tar.xz")], capture_output=True, text=True,
-                            check=True).stdout.split()
-    for seed in (0, 1):
-        assert {f"seed{seed}/plan.json", f"seed{seed}/DONE", f"seed{seed}/c/metrics.jsonl",
-                f"seed{seed}/eval/a/records.jsonl"} <= set(listed), listed
-    assert "seed0/eval/base/records.jsonl" in listed and "seed1/eval/base/records.jsonl" not in listed
-    status = (tmp_path / "out" / "status.txt").read_text()
-    assert "== seed0/" in status and "== seed1/" in status
-
-
 _FAKE_ARM_CARD = """
 import os, pathlib, sys, time
 argv = sys.argv[1:]
@@ -779,10 +691,10 @@ time.sleep(0.3)
 """
 
 
-def test_seed_replicates_train_side_by_side_on_their_own_arm_cards(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With several arm cards (judges on card 0, arms on 1 and 2) two folders train at once, each on an arm card of its
-    own, their vLLM arms on distinct torch.distributed ports; a lane that fails stops the run with its error."""
+def _replicate_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: Any
+                       ) -> tuple[list[Path], list[LoopSettings], list[tuple[str, set[str]]], list[Path]]:
+    """Two loop folders (seeds 0 and 1) with stand-in processes (``_FAKE_ARM_CARD`` logs each arm's card, port and
+    the arms beside it to ``tmp_path/calls.log``); returns the roots, plans, and the servers started and stopped."""
     import sys
 
     from compeer_loop import replicates, runner
@@ -791,27 +703,70 @@ def test_seed_replicates_train_side_by_side_on_their_own_arm_cards(
     for seed in (0, 1):
         root = tmp_path / f"seed{seed}"
         root.mkdir()
-        s = LoopSettings(prompts=str(tmp_path), arms=["a", "b", "c"], eval_policies=[], seed=seed, cards=["0", "1", "2"],
-                         generation="vllm")
+        s = LoopSettings(prompts=str(tmp_path), arms=["a", "b", "c"], eval_policies=[], seed=seed, **settings)
         (root / "plan.json").write_text(json.dumps(s.to_json()))
         roots.append(root)
         plans.append(s)
+    started: list[tuple[str, set[str]]] = []
+    stopped: list[Path] = []
     monkeypatch.setattr(runner, "POLL_S", 0.05)
-    monkeypatch.setattr(runner.Driver, "start_servers", lambda self, names: None)
-    monkeypatch.setattr(replicates, "stop_servers", lambda root: None)
+    monkeypatch.setattr(runner.Driver, "start_servers", lambda self, names: started.append((self.root.name, names)))
+    monkeypatch.setattr(replicates, "stop_servers", lambda root: stopped.append(root))
     monkeypatch.setattr(runner, "ready", lambda server, timeout_s=2.0: True)
     monkeypatch.setattr(runner, "warmup_argv", lambda s, root: [sys.executable, "-c", _FAKE_WARMUP, "--root", str(root)])
     monkeypatch.setattr(runner, "verify_arm", lambda *args: {})
     monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
         sys.executable, "-c", _FAKE_ARM_CARD, "--out", str(root / arm.name), "--log", str(tmp_path)])
-    drivers = [runner.Driver(r, s) for r, s in zip(roots, plans)]
-    states = replicates.run_replicates(drivers, evaluate=False)
+    return roots, plans, started, stopped
+
+
+def _calls(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    """``_FAKE_ARM_CARD``'s log: per arm (``seed0/b``) its card, port and the arms that ran beside it."""
+    out = {}
+    for line in (tmp_path / "calls.log").read_text().splitlines():
+        f = line.split(" alongside ")
+        me, _, card, _, port = f[0].split()
+        out[me] = {"card": card, "port": port, "beside": [b for b in f[1].split(",") if b] if len(f) > 1 else []}
+    return out
+
+
+def test_seed_replicates_share_one_set_of_judge_servers_and_train_one_folder_after_the_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compeer-loop run --root R0 --root R1`` on one arm card: the servers are started once (by the first folder)
+    and stopped once, each folder trains its own warm-up (its plan's seed) and arms, never beside the other folder's
+    arms, and each gets its DONE; folders whose judge-server settings differ are refused before anything starts."""
+    from compeer_loop import replicates, runner
+
+    roots, plans, started, stopped = _replicate_folders(tmp_path, monkeypatch, max_concurrent_arms=2)
+    states = replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
+    assert started == [("seed0", {"base", "trained"})] and stopped == [roots[0]]
     assert [{k: v["status"] for k, v in st["arms"].items()} for st in states] == [
         {"a": "done", "b": "done", "c": "done"}] * 2
-    calls = {line.split()[0]: line.split() for line in (tmp_path / "calls.log").read_text().splitlines()}
-    assert {k: v[2] for k, v in calls.items()} == {"seed0/b": "1", "seed0/c": "1", "seed1/b": "2", "seed1/c": "2"}
-    assert len({v[4] for v in calls.values()}) == 4  # four distinct ports
-    assert any("seed1/" in v[-1] for k, v in calls.items() if k.startswith("seed0/"))  # the folders overlapped
+    assert all((r / "DONE").read_text() == "ok" and (r / "a" / "warmup" / "adapter").is_dir() for r in roots)
+    calls = _calls(tmp_path)
+    assert sorted(calls) == ["seed0/b", "seed0/c", "seed1/b", "seed1/c"]
+    for me, c in calls.items():  # b and c of one folder train together (max_concurrent_arms 2), never with the other's
+        assert all(b.split("/")[0] == me.split("/")[0] for b in c["beside"]), (me, c)
+    assert any(c["beside"] for c in calls.values())
+    other = LoopSettings(prompts=str(tmp_path), arms=["a", "c"], eval_policies=[], seed=2, base_port=50071)
+    with pytest.raises(ValueError, match="base_port"):
+        replicates.run_replicates([runner.Driver(roots[0], plans[0]), runner.Driver(roots[1], other)])
+
+
+def test_seed_replicates_train_side_by_side_on_their_own_arm_cards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several arm cards (judges on card 0, arms on 1 and 2) two folders train at once, each on an arm card of its
+    own, their vLLM arms on distinct torch.distributed ports; a lane that fails stops the run with its error."""
+    from compeer_loop import replicates, runner
+
+    roots, plans, _, _ = _replicate_folders(tmp_path, monkeypatch, cards=["0", "1", "2"], generation="vllm")
+    states = replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
+    assert [{k: v["status"] for k, v in st["arms"].items()} for st in states] == [
+        {"a": "done", "b": "done", "c": "done"}] * 2
+    calls = _calls(tmp_path)
+    assert {k: c["card"] for k, c in calls.items()} == {"seed0/b": "1", "seed0/c": "1", "seed1/b": "2", "seed1/c": "2"}
+    assert len({c["port"] for c in calls.values()}) == 4  # four distinct ports
+    assert any(b.startswith("seed1/") for k, c in calls.items() if k.startswith("seed0/") for b in c["beside"])
     assert [st["placement"]["arm_cards"] for st in states] == [["1"], ["2"]]
 
     def broken(self: Any) -> None:
