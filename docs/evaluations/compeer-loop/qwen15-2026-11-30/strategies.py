@@ -7,7 +7,9 @@ Reads ``inputs/results.tar.xz`` (seed 0's evaluation records and training comple
 format-valid, judged replies, grouped by the strategy the reply names and whether that is the round's annotated
 strategy, the trained judge's preference reward against the real supporter reply (+1 the candidate better, -1 the real
 reply better), its mean step reward and the reply's length in words. Part 2: the strategy each GRPO training
-completion names (the first ESConv strategy name in its ``<strategy>`` part), per quarter of the 60 steps.
+completion names (the first ESConv strategy name in its ``<strategy>`` part), per quarter of the 60 steps. Part 3: the
+independent scorer's win share against the real reply by the reply's length relative to the real reply's (words):
+shorter than 0.67x, within 0.67-1.5x ("matched"), longer than 1.5x.
 """
 
 from __future__ import annotations
@@ -63,6 +65,22 @@ def main() -> None:
                 n = sum(by[q].values())
                 top = ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in by[q].most_common(3))
                 print(f"({arm}) steps quarter {q + 1}: {n} completions; {top}")
+        print()
+        by_length(tar)
+
+
+def by_length(tar: tarfile.TarFile) -> None:
+    print("policy | replies scored | win share | matched length (0.67-1.5x): n, win | shorter: n, win | longer: n, win")
+    for policy in ("base", "a", "b", "c"):
+        rs = [r for r in read(tar, f"seed0/eval/{policy}/records.jsonl") if r.get("independent_status") == "ok"]
+        bands: dict[str, list[float]] = defaultdict(list)
+        for r in rs:
+            ratio = len(r["text"].split()) / max(1, len(r["reference"].split()))
+            band = "shorter" if ratio < 0.67 else "longer" if ratio > 1.5 else "matched"
+            bands[band].append(float(r["independent_win"]))
+        cells = " | ".join(f"{len(bands[b])}, {statistics.mean(bands[b]):.2f}" if bands[b] else "0, n/a"
+                           for b in ("matched", "shorter", "longer"))
+        print(f"({policy}) | {len(rs)} | {statistics.mean(float(r['independent_win']) for r in rs):.2f} | {cells}")
 
 
 if __name__ == "__main__":
