@@ -3,7 +3,7 @@
     compeer-loop prompts --train ESCONV/train.json --valid ESCONV/valid.json --out DATA
     compeer-loop plan    --root ROOT --prompts DATA [--steps 30 --arms a b c ... any LoopSettings field]
     compeer-loop run     --root ROOT [--no-eval]     # servers, warm-up (a), GRPO arms, evaluation; resumable
-                         [--root ROOT2 ...]          # seed replicates, one after the other on the same judge servers
+                         [--root ROOT2 ...]          # seed replicates on the same judge servers (one arm card each)
     compeer-loop status  --root ROOT                 # one line per arm / evaluation from ROOT/state.json
     compeer-loop warmup  --root ROOT                 # arm (a) alone (run starts it)
     compeer-loop eval    --root ROOT --policy NAME   # one policy (run starts them)
@@ -53,8 +53,9 @@ def make_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name)
         if name == "run":
             sp.add_argument("--root", type=Path, required=True, action="append",
-                            help="a loop folder; repeated: seed replicates (plans --seed apart) trained one after the "
-                                 "other on one set of judge servers, each folder evaluated while the next trains")
+                            help="a loop folder; repeated: seed replicates (plans --seed apart) on one set of judge "
+                                 "servers: in turn on one arm card, side by side on several, each folder evaluated "
+                                 "while others train")
             sp.add_argument("--no-eval", action="store_true", help="train only")
         else:
             sp.add_argument("--root", type=Path, required=True)

@@ -23,9 +23,11 @@ SHARED_SERVER_FIELDS = ("device", "judge_backend", "judge_gpu_memory", "static_c
 
 def run_replicates(drivers: list[Driver], evaluate: bool = True) -> list[dict[str, Any]]:
     """Several loop folders (seed replicates: each its own warm-up and arms, ``--seed`` apart) in one process that
-    starts the judge servers once (their pid files in the first folder) and stops them at the end. Each folder's
-    arms train in turn, the evaluation of each policy starting as soon as it is ready, so a folder's evaluations run
-    while the next folder's arms train; then every evaluation is waited for and each folder gets its ``DONE``."""
+    starts the judge servers once (their pid files in the first folder) and stops them at the end. The folders train
+    in the lanes of :func:`lanes` (in turn on one arm card, side by side on several), the evaluation of each policy
+    starting as soon as it is ready, so a folder's evaluations run while other folders' arms train; then every
+    evaluation is waited for and each folder gets its ``DONE``. A lane that raises stops the run with its error (the
+    servers stopped) once the other lanes have finished."""
     first = drivers[0]
     for d in drivers[1:]:
         diff = [k for k in SHARED_SERVER_FIELDS if getattr(d.s, k) != getattr(first.s, k)]

@@ -19,9 +19,9 @@
 #                                                  (max_concurrent_arms at once), evaluation; then waits like `wait`
 #            SEEDS='0 1 2' on start: seed replicates, one loop folder each ($L/seedK, planned --seed K; `base` is
 #                                                  evaluated in the first only), run by one driver on the same judge
-#                                                  servers one after the other (each folder's evaluations overlap the
-#                                                  next one's training; with several arm cards side by side, one arm
-#                                                  card each); wait/resume/stop and $OUT cover every folder
+#                                                  servers: in turn on one arm card (each folder's evaluations overlap
+#                                                  the next one's training), side by side with several arm cards (one
+#                                                  each; --cards in LOOP_ARGS); wait/resume/stop and $OUT cover every folder
 #                                                  (seedK/ in results.tar.xz); export/import move one folder (no SEEDS)
 #   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
 #                                                  the status, packs what is finished to $OUT
@@ -66,7 +66,7 @@ T_CALL=${CALL_T0:-$(date +%s)}
 driver_alive() { [ -f $L/driver.pid ] && kill -0 "$(cat $L/driver.pid)" 2>/dev/null; }
 
 # the loop folders one driver runs: $L itself, or with SEEDS on `start` one folder per seed, $L/seedK (seed
-# replicates on the same judge servers, trained one after the other), listed in $L/roots.txt for the later phases
+# replicates on the same judge servers, compeer_loop/replicates.py), listed in $L/roots.txt for the later phases
 roots() { if [ -f $L/roots.txt ]; then cat $L/roots.txt; else echo $L; fi; }
 all_done() { local r; for r in $(roots); do [ -f "$r"/DONE ] || return 1; done; }
 
