@@ -774,3 +774,30 @@ def test_seed_replicates_train_side_by_side_on_their_own_arm_cards(
     monkeypatch.setattr(runner.Driver, "run_arms", broken)
     with pytest.raises(RuntimeError, match="lane broke"):
         replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
+
+
+def test_the_gpu_script_packs_every_seed_folder_of_a_seeds_run(tmp_path: Path) -> None:
+    """`compeer_loop.sh` with SEEDS keeps one loop folder per seed ($L/seedK, listed in roots.txt): `wait` reports
+    every folder's status and packs each folder's results under seedK/ in the one results.tar.xz."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "compeer_loop.sh"
+    top = tmp_path / "loop"
+    for seed, evals in ((0, ["base", "a", "c"]), (1, ["a", "c"])):
+        r = _loop_folder(top / f"seed{seed}", ["a", "c"], evals, f"sha{seed}", seed=seed)
+        (r / "DONE").write_text("ok")
+    (top / "roots.txt").write_text(f"{top / 'seed0'}\n{top / 'seed1'}\n")
+    env = {**os.environ, "LOOP_ROOT": str(top), "OUT": str(tmp_path / "out"), "PY": sys.executable,
+           "CALL_BUDGET_S": "0", "LOOP_DATA": str(tmp_path / "data")}
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(["bash", str(script), "wait"], env=env, capture_output=True, text=True, timeout=120,
+                          check=False, cwd=script.parents[2])
+    assert done.stdout.count("DONE: ok") == 2, done.stdout + done.stderr
+    listed = subprocess.run(["tar", "-tJf", str(tmp_path / "out" / "results.tar.xz")], capture_output=True, text=True,
+                            check=True).stdout.split()
+    for seed in (0, 1):
+        assert {f"seed{seed}/plan.json", f"seed{seed}/DONE", f"seed{seed}/c/metrics.jsonl",
+                f"seed{seed}/eval/a/records.jsonl"} <= set(listed), listed
+    assert "seed0/eval/base/records.jsonl" in listed and "seed1/eval/base/records.jsonl" not in listed
+    status = (tmp_path / "out" / "status.txt").read_text()
+    assert "== seed0/" in status and "== seed1/" in status
