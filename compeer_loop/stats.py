@@ -6,8 +6,8 @@ the same way as per-prompt means. Distinct-n is biased under resampling with rep
 replies, so fewer of its n-grams are distinct: on 30 replies the resampled values sat some 15 points below the
 figure); its percentile interval is shifted by the bootstrap's bias (the figure minus the mean of the resampled
 values), so it keeps the resampling spread around the figure itself. The most frequent reply's share is biased the
-other way (on 12 distinct replies the figure is 8.3% and every resample's is 16.7% or more) and shifted the same way. Figures a policy has no data for are None,
-never made up.
+other way (on 12 distinct replies the figure is 8.3% and every resample's is 16.7% or more) and shifted the same way.
+Figures a policy has no data for are None, never made up.
 
 Beside the figures (issue 26, item 4): the majority-strategy baseline on the same prompts and Cohen's kappa of the
 named strategy with the annotated one (chance-corrected: 0 for always naming one strategy), the share of degenerate
@@ -187,8 +187,8 @@ def summarise(records: Sequence[Record], n_boot: int = 1000, seed: int = 0) -> d
 
 #: the figures that need no judge and no scorer: what a policy's answers alone show (format, strategy, replies)
 ANSWER_FIGURES = ("format_ok", "strategy_accuracy", "majority_baseline", "strategy_kappa", "degenerate",
-                  "reference_degenerate", "top_reply_share", "mean_length", "rouge_l", "bleu_2", "distinct_1", "distinct_2",
-                  "distinct_1_first", "distinct_2_first")
+                  "reference_degenerate", "top_reply_share", "mean_length", "rouge_l", "bleu_2", "distinct_1",
+                  "distinct_2", "distinct_1_first", "distinct_2_first")
 
 
 def summarise_answers(records: Sequence[Record], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
