@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 PARTS: tuple[str, ...] = ("analysis", "emotion", "strategy", "response")
 STEP_PARTS: tuple[str, ...] = PARTS[:3]
 RESPONSE_PART = "response"
+STRATEGY_PART = "strategy"
 
 #: An opening or closing tag of a part (group 1: "/" for a closing tag, group 2: the part), any letter case.
 TAG = re.compile(r"<(/?)(" + "|".join(PARTS) + r")>", re.IGNORECASE)

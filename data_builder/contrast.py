@@ -15,7 +15,9 @@ reasoning (``positive``) and one candidate per kind of negative, each differing 
   the ``eval`` pool of ``silver.yaml`` (disjoint from the texts the training items use; :mod:`data_builder.negatives`);
 - ``policy_degenerate``, ``policy_generic``, ``policy_dismissive``, ``policy_echo`` (with ``--policy-negatives``):
   what GRPO policies really wrote on valid prompts, marked by ``compeer-data policy-negatives``: the text written on
-  this very prompt when there is one, else a conversation-free one written on another valid prompt.
+  this very prompt when there is one, else a conversation-free one written on another valid prompt;
+  ``policy_misfit``: a reply a policy wrote on this very prompt naming (and carrying out) a strategy of another
+  support stage than this moment's, its step 3 naming that strategy (``policy-negatives --stage-misfit``).
 
 Reply negatives keep the positive's reasoning parts word for word; step negatives keep its reply. ``negatives`` in
 each group says, per kind built by rule or taken from a policy, how (rule, policy, prompt).
@@ -37,14 +39,14 @@ from typing import Any
 
 from cer.reasoning import render
 from cer.taxonomy import Taxonomy, load_taxonomy
-from data_builder.negatives import HACK_KINDS, POLICY_PREFIX, HackMaker, PolicyPool
+from data_builder.negatives import HACK_KINDS, POLICY_MISFIT, POLICY_PREFIX, HackMaker, PolicyPool
 from data_builder.records import DIALOGUE, ROUND, Record, read_records, write_jsonl
 from data_builder.silver import gold_rounds
 from data_builder.silver_text import REPLY_POOLS, Facts, SilverConfig, load_config, render_steps
 from data_builder.stage import StageRun, add_common, limited, stable_seed
 
 CONTRAST_GROUP = "contrast_group"
-POLICY_KINDS: tuple[str, ...] = tuple(POLICY_PREFIX + k for k in HACK_KINDS)
+POLICY_KINDS: tuple[str, ...] = (*(POLICY_PREFIX + k for k in HACK_KINDS), POLICY_MISFIT)
 NEGATIVE_KINDS: tuple[str, ...] = ("similar_problem", "wrong_emotion", "unused_strategy", "stage_mismatch",
                                    "other_round", "other_dialogue", *HACK_KINDS, *POLICY_KINDS)
 
@@ -107,6 +109,11 @@ def build_contrast(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, 
                     made[neg.kind] = neg.meta()
                     if neg.source == "policy":
                         counts[f"{neg.kind}_on_its_own_prompt"] += bool(neg.origin["same_prompt"])
+        # last, so that the group's other candidates do not depend on the policy's file
+        if misfit := hacks.misfit(r, rng):
+            f = Facts(**{**facts.__dict__, "strategy": misfit.origin.get("strategy") or facts.strategy})
+            cands[misfit.kind] = render({**_steps(f, lang, taxonomy, cfg, phr), "response": misfit.text})
+            made[misfit.kind] = misfit.meta()
         for kind in NEGATIVE_KINDS:
             counts[f"built_{kind}" if kind in cands else f"missing_{kind}"] += 1
         groups.append({"record": CONTRAST_GROUP, "dialogue_id": r["dialogue_id"], "round_index": r["round_index"],

@@ -31,6 +31,9 @@ from data_builder.silver_text import SilverConfig, pick
 
 HACK_KINDS: tuple[str, ...] = ("degenerate", "generic", "dismissive", "echo")
 POLICY_PREFIX = "policy_"
+#: a policy-made reply that names (and carries out) a strategy of another support stage than its round's; only ever
+#: used on its own prompt (:meth:`HackMaker.misfit`), never built by rule
+POLICY_MISFIT = POLICY_PREFIX + "misfit"
 POLICY_NEGATIVE = "policy_negative"
 #: pool -> (prompt splits whose policy texts may be used on their own prompt, splits whose conversation-free texts
 #: may be used detached on any round). ESConv's GRPO logs hold no completion texts, so training may use the texts
@@ -183,6 +186,20 @@ class HackMaker:
         rec = rng.choice(found)
         origin: dict[str, Any] = {k: rec[k] for k in ("run", "policy", "prompt_id", "split") if k in rec}
         return Negative(POLICY_PREFIX + kind, rec["text"], rec["rule"], "policy", {**origin, "same_prompt": bool(same)})
+
+    def misfit(self, r: Record, rng: random.Random, share: float = 1.0) -> Negative | None:
+        """With probability ``share``, a policy-made ``misfit`` reply written on this very prompt (of the pool's own
+        splits), its ``origin`` naming the ``strategy`` it carries out; None without one (and then ``rng`` is not
+        drawn from, so the rounds of prompts without one are built as without the policy's file)."""
+        if self.policy is None:
+            return None
+        found = self.policy.same_prompt(r["dialogue_id"], r["round_index"], POLICY_MISFIT.removeprefix(POLICY_PREFIX),
+                                        POLICY_SPLITS[self.pool][0])
+        if not found or (share < 1.0 and rng.random() >= share):
+            return None
+        rec = rng.choice(found)
+        origin: dict[str, Any] = {k: rec[k] for k in ("run", "policy", "prompt_id", "split", "strategy") if k in rec}
+        return Negative(POLICY_MISFIT, rec["text"], rec["rule"], "policy", {**origin, "same_prompt": True})
 
     def draw(self, r: Record, stage: str, rng: random.Random) -> Negative | None:
         """A hack for round ``r``: the kind by ``hacks`` weights, policy-made with probability ``policy_share`` when

@@ -15,11 +15,16 @@ outputs; prompts of other dialogues are skipped and counted.
 :class:`Labeller` marks a reply by the first rule that holds (thresholds and word lists: ``silver.yaml``
 ``policy_labeller``): ``empty``, ``stage_label``, ``judge_wording``, ``repetition``, ``truncated`` (kind
 ``degenerate``), ``dismissive`` (``dismissive``), ``echo`` (``echo``), ``template`` (the kind of the rule-made text
-it repeats), ``short_no_content``, ``repeated_across_prompts`` (``generic``). A reply no rule marks is not a
-negative and is left out. Output ``policy_negatives.jsonl``: one ``policy_negative`` record per marked reply with its
+it repeats), ``short_no_content``, ``repeated_across_prompts`` (``generic``); with ``--stage-misfit``, last, ``stage_misfit`` (``misfit``): a
+format-valid reply whose ``<strategy>`` part names a strategy of another support stage (``silver.yaml``
+``strategy_stage``: exploration, comforting, action) than the strategy annotated at that round, e.g. a question
+while the supporter comforts (the collapse of issue 26's GRPO arms onto one strategy at every moment). A reply no
+rule marks is not a negative and is left out. Output ``policy_negatives.jsonl``: one ``policy_negative`` record per marked reply with its
 ``kind``, ``rule``, ``text`` and where it came from (``run`` = the loop folder's name, ``policy``, ``prompt_id``,
 ``dialogue_id``, ``round_index``, ``split``) and ``conversation_free`` (no content word of its own conversation, the
-dialogue's situation included, and not an echo: usable beside any conversation). No conversation text is written.
+dialogue's situation included, and neither an echo nor a misfit: usable beside any conversation); a misfit also keeps
+the ``strategy`` it names and the ``gold_strategy`` of its round. ``--kinds`` keeps only the records of some kinds.
+No conversation text is written.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from cer.reasoning import RESPONSE_PART, reply_text
-from cer.taxonomy import Taxonomy, load_taxonomy
+from cer.reasoning import RESPONSE_PART, STRATEGY_PART, parse, reply_text
+from cer.taxonomy import Taxonomy, load_taxonomy, named_strategy
 from data_builder.negatives import END_PUNCT, POLICY_NEGATIVE, content_words, normalise, sentences, words
 from data_builder.records import DIALOGUE, Record, base_dialogue_id, read_jsonl, read_records, write_jsonl
 from data_builder.sample import rounds_of
@@ -44,7 +49,9 @@ from data_builder.stage import StageError, StageRun
 KIND_OF_RULE: dict[str, str] = {
     "empty": "degenerate", "stage_label": "degenerate", "judge_wording": "degenerate", "repetition": "degenerate",
     "truncated": "degenerate", "dismissive": "dismissive", "echo": "echo", "short_no_content": "generic",
-    "repeated_across_prompts": "generic"}
+    "repeated_across_prompts": "generic", "stage_misfit": "misfit"}
+#: the kind of a reply whose named strategy belongs to another support stage than the round's (``--stage-misfit``)
+MISFIT = "misfit"
 TEMPLATE_KINDS: tuple[str, ...] = ("generic", "dismissive")
 #: the kinds of mark counted as degenerate replies (echo and dismissive replies are counted apart)
 DEGENERATE_KINDS: tuple[str, ...] = ("degenerate", "generic")
@@ -69,11 +76,13 @@ def _literal_openings(phrasings: Iterable[str], min_words: int) -> set[str]:
 @dataclass
 class Labeller:
     """Marks the replies that game the judge (module docstring); ``repeated``: texts (:func:`normalise`) written
-    for at least ``min_repeat_prompts`` prompts, from :func:`repeated_texts`."""
+    for at least ``min_repeat_prompts`` prompts, from :func:`repeated_texts`; ``stage_misfit``: whether the last
+    rule (a named strategy of another support stage than the annotated one) applies."""
 
     cfg: SilverConfig
     taxonomy: Taxonomy
     repeated: set[str] = field(default_factory=set)
+    stage_misfit: bool = False
 
     def __post_init__(self) -> None:
         rules = self.cfg.labeller
@@ -89,9 +98,21 @@ class Labeller:
         self._templates = {normalise(t): kind for lang in self.cfg.negative_replies for kind in TEMPLATE_KINDS
                            for pool in REPLY_POOLS for t in self.cfg.hack_texts(lang, kind, pool)}
 
+    def named_misfit(self, raw: str | None, gold_strategy: str | None) -> str | None:
+        """The strategy a format-valid output ``raw`` names when it belongs to another support stage than
+        ``gold_strategy`` (the round's annotation); None otherwise (no parse, no stage for either, same stage)."""
+        parsed = parse(raw) if raw else None
+        if parsed is None or not parsed.ok or not gold_strategy:
+            return None
+        named = named_strategy(parsed.parts[STRATEGY_PART] or "", self.taxonomy)
+        gold = self.taxonomy.normalise(gold_strategy)
+        stage, gold_stage = self.cfg.strategy_stage.get(named or ""), self.cfg.strategy_stage.get(gold or "")
+        return named if stage and gold_stage and stage != gold_stage else None
+
     def label(self, text: str, history: list[dict[str, Any]], raw: str | None = None,
-              format_ok: bool = True) -> tuple[str, str] | None:
-        """``(kind, rule)`` of a policy reply in its conversation, or None when no rule marks it."""
+              format_ok: bool = True, gold_strategy: str | None = None) -> tuple[str, str] | None:
+        """``(kind, rule)`` of a policy reply in its conversation, or None when no rule marks it; ``gold_strategy``:
+        the strategy annotated at its round (the ``stage_misfit`` rule's reference)."""
         rules = self.cfg.labeller
         low, ws = text.lower().strip(), words(text)
         if not ws:
@@ -121,6 +142,8 @@ class Labeller:
             return "generic", "short_no_content"
         if normalise(text) in self.repeated:
             return "generic", "repeated_across_prompts"
+        if self.stage_misfit and format_ok and self.named_misfit(raw, gold_strategy):
+            return MISFIT, "stage_misfit"
         return None
 
 
@@ -223,14 +246,22 @@ def history_before(turns: list[dict[str, Any]], round_index: int) -> list[dict[s
     return [{"role": t["role"], "text": t["text"]} for t in turns[:starts[round_index - 1]]]
 
 
+def strategy_at(turns: list[dict[str, Any]], round_index: int) -> str | None:
+    """The strategy annotated on the supporter turn that opens 1-based round ``round_index``, None without one."""
+    starts = rounds_of(turns)
+    return turns[starts[round_index - 1]].get("strategy") if 1 <= round_index <= len(starts) else None
+
+
 def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situations: dict[str, str],
                   cfg: SilverConfig, taxonomy: Taxonomy, turns_of: dict[str, list[dict[str, Any]]] | None = None,
-                  counts: Counter[str] | None = None) -> tuple[list[Record], Counter[str]]:
-    """The ``policy_negative`` records of the replies some rule marks; returns them and counts. A reply without
-    ``history`` gets the turns of its dialogue (``turns_of``, by dialogue id) before its round."""
+                  counts: Counter[str] | None = None, stage_misfit: bool = False,
+                  kinds: frozenset[str] | None = None) -> tuple[list[Record], Counter[str]]:
+    """The ``policy_negative`` records of the replies some rule marks (of ``kinds`` only, when given); returns them
+    and counts. A reply without ``history`` gets the turns of its dialogue (``turns_of``, by dialogue id) before its
+    round; one without ``gold_strategy`` (GRPO completions) the strategy annotated at its round there."""
     counts = Counter() if counts is None else counts
     labeller = Labeller(cfg, taxonomy, repeated_texts(((p.record["id"], p.record["text"]) for p in replies),
-                                                      cfg.labeller.min_repeat_prompts))
+                                                      cfg.labeller.min_repeat_prompts), stage_misfit)
     out: list[Record] = []
     for p in replies:
         rec = p.record
@@ -246,14 +277,16 @@ def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situatio
             if history is None:
                 counts["skipped_unknown_round"] += 1
                 continue
-        marked = labeller.label(rec["text"], history, rec.get("raw"), bool(rec.get("format_ok", True)))
-        if marked is None:
-            counts[f"not_marked_{split}"] += 1
+        gold = rec.get("gold_strategy") or strategy_at((turns_of or {}).get(dialogue_id, []), int(round_index))
+        marked = labeller.label(rec["text"], history, rec.get("raw"), bool(rec.get("format_ok", True)), gold)
+        if marked is None or (kinds is not None and marked[0] not in kinds):
+            counts[f"not_marked_{split}" if marked is None else f"left_out_{marked[0]}"] += 1
             continue
         kind, rule = marked
         said = " ".join([t["text"] for t in history] + [situations.get(dialogue_id, "")])
-        free = kind != "echo" and not content_words(rec["text"], cfg.labeller.stopwords) & content_words(
+        free = kind not in ("echo", MISFIT) and not content_words(rec["text"], cfg.labeller.stopwords) & content_words(
             said, cfg.labeller.stopwords)
+        named = {"strategy": labeller.named_misfit(rec.get("raw"), gold), "gold_strategy": gold} if kind == MISFIT else {}
         counts[f"kind_{kind}"] += 1
         counts[f"rule_{rule}"] += 1
         counts[f"split_{split}"] += 1
@@ -261,7 +294,7 @@ def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situatio
         out.append({"record": POLICY_NEGATIVE, "kind": kind, "rule": rule, "text": rec["text"], "run": p.run,
                     "policy": p.policy, "prompt_id": rec["id"], "dialogue_id": dialogue_id,
                     "round_index": int(round_index), "split": split, "conversation_free": free,
-                    "format_ok": bool(rec.get("format_ok", True))})
+                    "format_ok": bool(rec.get("format_ok", True)), **named})
     counts["negatives"] = len(out)
     counts["distinct_texts"] = len({normalise(r["text"]) for r in out})
     return out, counts
@@ -279,6 +312,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="output folder (created); gets manifest.json")
     p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
     p.add_argument("--config", default=None, help="silver construction YAML (default: packaged silver.yaml)")
+    p.add_argument("--stage-misfit", action="store_true",
+                   help="also mark, last, a reply whose named strategy is of another support stage than the one "
+                        "annotated at its round (kind misfit)")
+    p.add_argument("--kinds", nargs="+", default=None, metavar="KIND",
+                   help="keep only the records of these kinds (e.g. misfit); default: every kind")
     p.add_argument("--quiet", action="store_true", help="do not print the summary table")
     p.set_defaults(run=run)
 
@@ -294,7 +332,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     counts: Counter[str] = Counter()
     replies = read_loop_replies(list(args.folders), counts)
     st = StageRun("policy-negatives", args.out, argv, sorted({str(r.file) for r in replies}) + list(split_files),
-                  params={"from": [str(f) for f in args.folders], "dialogues": args.dialogues})
+                  params={"from": [str(f) for f in args.folders], "dialogues": args.dialogues,
+                          "stage_misfit": args.stage_misfit, "kinds": args.kinds})
     split_of: dict[str, str] = {}
     situations: dict[str, str] = {}
     turns_of: dict[str, list[dict[str, Any]]] = {}
@@ -304,7 +343,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
             situations[d["id"]] = str((d.get("meta") or {}).get("situation") or "")
             turns_of[d["id"]] = d["turns"]
     records, counts = label_replies(replies, split_of, situations, load_config(args.config),
-                                    load_taxonomy(args.taxonomy), turns_of, counts)
+                                    load_taxonomy(args.taxonomy), turns_of, counts, args.stage_misfit,
+                                    frozenset(args.kinds) if args.kinds else None)
     write_jsonl(st.path("policy_negatives.jsonl"), records)
     st.counts = {k: counts[k] for k in sorted(counts)}
     st.finish(quiet=args.quiet)

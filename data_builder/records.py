@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -51,8 +52,9 @@ def plain_history(turns: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def read_jsonl(path: str | Path) -> Iterator[Record]:
-    """Yield the JSON objects of a JSONL file (blank lines skipped); raises ``ValueError`` with file:line."""
-    with open(path, encoding="utf-8") as fh:
+    """Yield the JSON objects of a JSONL file, xz-compressed when its name ends in ``.xz`` (blank lines skipped);
+    raises ``ValueError`` with file:line."""
+    with (lzma.open(path, "rt", encoding="utf-8") if str(path).endswith(".xz") else open(path, encoding="utf-8")) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

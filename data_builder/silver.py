@@ -27,7 +27,10 @@ reply and its continuation (the next turn of the same supporter block) or the re
 Step 3 is judged beside the reply (template ``unifireward-v2``): a true step 3 names the strategy the candidate's
 reply is annotated with (for the real reply, the gold strategy), so a strategy/reply mismatch is what makes it False;
 a hack carries out no strategy, so beside a candidate hack step 3 is False (``no_strategy``; those slots are not
-among the drawn ones); whether the reply fits the moment is the preference round's question.
+among the drawn ones); whether the reply fits the moment is the preference round's question. A round whose own
+prompt has a policy-made ``misfit`` reply (a strategy of another support stage, ``--stage-misfit`` of
+``policy-negatives``) pairs the real reply against it with probability ``misfit_share``; beside it as the candidate,
+step 3 names the strategy the policy named and is False (``stage_mismatch``).
 
 Each round also gives two items for mode ``reply`` (candidate ``<response>...</response>`` only) on the same
 conversation: the real reply (True) and one from another round or dialogue or a hack (False), by the config's
@@ -48,7 +51,7 @@ from typing import Any
 
 from cer.reasoning import render
 from cer.taxonomy import Taxonomy, load_taxonomy
-from data_builder.negatives import HackMaker, Negative, PolicyPool
+from data_builder.negatives import POLICY_MISFIT, HackMaker, Negative, PolicyPool
 from data_builder.pools import Pools, Reply, build_pools
 from data_builder.records import DIALOGUE, JUDGE_ITEM, ROUND, Record, read_records, write_jsonl
 from data_builder.silver_text import REPLY_POOLS, Facts, SilverConfig, load_config, pick, rationale, render_steps
@@ -188,6 +191,12 @@ def preference_pair(r: Record, stage: str, pools: Pools, hacks: HackMaker, cfg: 
         | ({"gold_vs_other_round", "other_round_vs_gold"} if rounds else set()) \
         | ({"gold_vs_other_dialogue", "other_dialogue_vs_gold"} if dialogues else set()) \
         | ({"off_vs_off"} if len(off) >= 2 else set()) | ({"continuation"} if cont else set())
+    if misfit := hacks.misfit(r, rng, cfg.misfit_share):
+        # the policy's reply of another stage's strategy, shown with the strategy it names, against the real reply
+        kind = pick(cfg.preference, {"gold_vs_hack", "hack_vs_gold"}, rng) or "gold_vs_hack"
+        named = Reply(r["dialogue_id"], r["round_index"], misfit.text, misfit.origin.get("strategy"))
+        return (Pair(kind, gold.text, "gold", named, misfit, "candidate") if kind == "gold_vs_hack" else
+                Pair(kind, misfit.text, "hack", gold, misfit, "reference"))
     kind = pick(cfg.preference, allowed, rng) or "identical"
     if "hack" in kind:
         hack = hacks.draw(r, stage, rng)
@@ -238,8 +247,10 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
     for r, facts, _ in usable:
         rng = random.Random(stable_seed("silver-item", seed, r["dialogue_id"], r["round_index"]))
         drawn.append((rng, preference_pair(r, facts.stage, pools, hacks, cfg, rng)))
-    # a hack's step 3 is False by construction; of every step's other slots, a false_share is corrupted
-    forced = {(i, 2) for i, (_, pair) in enumerate(drawn) if pair.kind in HACK_CANDIDATE}
+    # a hack's step 3 is False by construction (a policy's misfit: its strategy does not fit the stage); of every
+    # step's other slots, a false_share is corrupted
+    forced = {(i, 2): "stage_mismatch" if pair.negative and pair.negative.kind == POLICY_MISFIT else "no_strategy"
+              for i, (_, pair) in enumerate(drawn) if pair.kind in HACK_CANDIDATE}
     corrupt: set[tuple[int, int]] = set()
     for k in range(3):
         slots = [(i, k) for i in range(len(usable)) if (i, k) not in forced]
@@ -251,7 +262,7 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
         # step 3 names the strategy the candidate's reply carries out (its annotation), unless corrupted
         reply_strategy = taxonomy.normalise(pair.reply.strategy) if pair.reply.strategy else None
         shown = Facts(**{**facts.__dict__, "strategy": reply_strategy or facts.strategy})
-        corrupted: dict[str, str] = {"step3": "no_strategy"} if (i, 2) in forced else {}
+        corrupted: dict[str, str] = {"step3": forced[(i, 2)]} if (i, 2) in forced else {}
         for k, step in enumerate(("step1", "step2", "step3")):
             if (i, k) in corrupt and (kind := corrupt_step(step, facts, shown, fam, r, pools, taxonomy, cfg, rng)):
                 corrupted[step] = kind

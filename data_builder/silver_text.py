@@ -56,6 +56,9 @@ class SilverConfig:
     hacks: dict[str, float]
     degenerate_rules: dict[str, float]
     policy_share: float
+    #: the share of rounds with a policy-made ``misfit`` reply on their own prompt whose preference pair is the real
+    #: reply against it (:meth:`data_builder.negatives.HackMaker.misfit`)
+    misfit_share: float
     #: language -> hack kind -> pool (``train`` | ``eval``) -> texts
     negative_replies: dict[str, dict[str, dict[str, list[str]]]]
     labeller: LabellerRules
@@ -111,8 +114,9 @@ def load_config(path: str | None = None) -> SilverConfig:
     text = (Path(path).read_text(encoding="utf-8") if path else
             resources.files("data_builder").joinpath("data/silver.yaml").read_text(encoding="utf-8"))
     data = yaml.safe_load(text)
-    if not 0.0 <= float(data.get("policy_share", 0.0)) <= 1.0:
-        raise ValueError(f"silver config {path or 'default'}: policy_share must be within [0, 1]")
+    for share in ("policy_share", "misfit_share"):
+        if not 0.0 <= float(data.get(share, 0.0)) <= 1.0:
+            raise ValueError(f"silver config {path or 'default'}: {share} must be within [0, 1]")
     try:
         templates = {lang: {k: (v if k in ("sentiments", "stages") else _phrasings(v)) for k, v in t.items()}
                      for lang, t in data["templates"].items()}
@@ -129,6 +133,7 @@ def load_config(path: str | None = None) -> SilverConfig:
             hacks=_weights(data["hacks"], "hacks"),
             degenerate_rules=_weights(data["degenerate_rules"], "degenerate_rules"),
             policy_share=float(data.get("policy_share", 0.0)),
+            misfit_share=float(data.get("misfit_share", 0.0)),
             negative_replies={lang: {kind: {pool: _phrasings(texts[pool]) for pool in REPLY_POOLS}
                                      for kind, texts in kinds.items()}
                               for lang, kinds in data["negative_replies"].items()},

@@ -307,12 +307,13 @@ def test_committed_policy_negatives_load_and_grpo_rounds_hold_train_prompts_only
     """The packaged policy-made negatives (data_builder/data/README.md) load as records of known kinds and rules; the
     GRPO rounds' files came from training prompts, so a valid dialogue in them would leak into judge training."""
     folder = Path(__file__).resolve().parents[2] / "data_builder" / "data"
-    files = sorted(folder.glob("policy_negatives*.jsonl"))
+    files = sorted([*folder.glob("policy_negatives*.jsonl"), *folder.glob("policy_negatives*.jsonl.xz")])
     assert {f.name for f in files} >= {"policy_negatives.jsonl", "policy_negatives_grpo_round2.jsonl",
-                                      "policy_negatives_grpo_round3.jsonl", "policy_negatives_grpo_round4.jsonl"}
+                                      "policy_negatives_grpo_round3.jsonl", "policy_negatives_grpo_round4.jsonl",
+                                      "policy_negatives_grpo_round5.jsonl.xz"}
     for f in files:
         pool = PolicyPool.load([f])
-        assert pool.records and set(pool.by_kind) <= {"degenerate", "generic", "echo", "dismissive"}, f.name
+        assert pool.records and set(pool.by_kind) <= {"degenerate", "generic", "echo", "dismissive", "misfit"}, f.name
         assert all(r["text"].strip() and r["rule"] for r in pool.records), f.name
         if "grpo" in f.name:
             assert {r["split"] for r in pool.records} == {"train"}, f.name
