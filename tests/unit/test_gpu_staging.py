@@ -294,6 +294,29 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
     assert "reward_trainer.cli judge-eval" in calls.read_text()
 
 
+def test_an_adversarial_round_beside_the_shipped_judge_needs_its_weights(tmp_path: Path) -> None:
+    """Measuring the shipped judge beside the retrained one (``SHIPPED_CARD``) in a tree whose shipped weights are set
+    aside (``slim.sh hide``) stops before training, naming the fix, instead of training beside two failed
+    measurements."""
+    repo, tree, run = GPU.parents[1], tmp_path / "tree", tmp_path / "qwen-run"
+    shipped = Path("judge/adapters/unifireward-qwen15-esconv-v2")
+    (tree / shipped).mkdir(parents=True)
+    (tree / shipped / "compeer_judge.json").write_text((repo / shipped / "compeer_judge.json").read_text())
+    (tree / "tools").symlink_to(repo / "tools")
+    (run / "data2" / "emit" / "judge_sft").mkdir(parents=True)
+    calls = tmp_path / "python-calls.txt"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\nexec {sys.executable} "$@"\n')
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run), "STAGE_DIR": str(tmp_path / "s"),
+           "ADV_NEGATIVES": str(tmp_path / "negatives.jsonl"), "ADV_GRPO2": "0", "SHIPPED_CARD": "0"}
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env=env, cwd=tree,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and "slim.sh restore" in done.stderr
+    assert "reward_trainer.cli" not in (calls.read_text() if calls.exists() else "")
+
+
 def test_minilm_parts_are_joined_once_every_part_is_here(tmp_path: Path) -> None:
     """MiniLM travels in parts like the GGUF (``stage.sh``'s c6, c7 once the tree left no room for one folder): the
     device side names the folders still missing and joins the archive only when all of them were carried."""

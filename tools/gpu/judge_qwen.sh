@@ -154,6 +154,13 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl $new" \
     bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
   local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv-v2 pids=() rc=0
+  # the shipped judge measured beside the new one needs its weights in this call's tree (2026-11-30: a call made with
+  # the slim tree of tools/gpu/slim.sh trained, but both of the shipped judge's measurements failed at once)
+  if { [ -n "${SHIPPED_CARD:-}" ] || [ "${SHIPPED_EVAL:-1}" = 1 ]; } && [ ! -f $shipped/adapter_model.safetensors ]; then
+    echo "adversarial: $shipped has no weights in this tree (bash tools/gpu/slim.sh restore before this call, or" \
+      "SHIPPED_EVAL=0 without SHIPPED_CARD)" >&2
+    return 1
+  fi
   # the shipped judge's steps (its compeer_judge.json), so that only the training data differs
   local steps; steps=$(python3 -c 'import json; print(json.load(open("'$shipped'/compeer_judge.json"))["steps"])')
   # both judges as they ship (LoRA weights in bfloat16) on the same valid items and contrast groups; SHIPPED_CARD (a
