@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compeer_loop.replies import CONSTANT_REPLY, mark_counts, top_reply_share
-from compeer_loop.stats import PER_PROMPT, disjoint, paired_difference, per_prompt, seed_spread
+from compeer_loop.stats import MATCHED_LENGTH, PER_PROMPT, disjoint, paired_difference, per_prompt, seed_spread
 from evaluator.metrics import bleu2, distinct_n, rouge_l
 
 Figures = dict[str, dict[str, Any]]
@@ -46,14 +46,15 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
     """One row per policy: strategy accuracy, majority baseline, kappa, degenerate share (beside the same rule's share
     of the real supporter replies at those prompts) and top-reply share, judge
     total (all judged / format-valid only), distinct-n full and on the first ``first_n`` tokens, the independent
-    scorer's win share against the real reply with the share of its answers naming the first position and the share
-    of replies not scored. ``verified``: per GRPO arm, whether its judge was verified (``judge.json``)."""
+    scorer's win share against the real reply (all replies, and those of about the real reply's length with their
+    share) with the share of its answers naming the first position and the share of replies not scored. ``verified``: per GRPO arm, whether its judge was verified (``judge.json``)."""
     head = ("| policy | strategy acc. % | majority baseline % | kappa | degenerate % (the real replies') "
             "| most frequent reply % "
             f"| judge total (all judged) | judge total (format-valid only) | D-1 / D-1 first {first_n} "
             f"| D-2 / D-2 first {first_n} | independent: win share vs the real reply "
+            f"| independent: win share, length {MATCHED_LENGTH[0]:g}-{MATCHED_LENGTH[1]:g}x the real reply's (replies so %) "
             "| independent: answers naming A % / not scored % |")
-    rows = [head, "|" + "---|" * 12]
+    rows = [head, "|" + "---|" * 13]
     for name, summary in figs.items():
         f = summary["figures"]
         label = labels[name] + (f" ({NOT_VERIFIED})" if verified.get(name) is False else "")
@@ -63,8 +64,10 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
                     f"{_v(f.get('reward_total'))} | {_v(f.get('reward_total_format_ok'))} | "
                     f"{_v(f.get('distinct_1'))} / {_v(f.get('distinct_1_first'))} | "
                     f"{_v(f.get('distinct_2'))} / {_v(f.get('distinct_2_first'))} | "
-                    + (f"{_v(f.get('independent_win_share'))} | {_v(f.get('independent_first_position'), 1)} / "
-                       f"{_v(f.get('independent_unscored'), 1)}" if _compared(f) else "not run | not run") + " |")
+                    + (f"{_v(f.get('independent_win_share'))} | {_v(f.get('independent_win_share_matched'))} "
+                       f"({_v(f.get('independent_matched_share'), 1)}) | {_v(f.get('independent_first_position'), 1)} / "
+                       f"{_v(f.get('independent_unscored'), 1)}" if _compared(f) else "not run | not run | not run")
+                    + " |")
     return "\n".join(rows)
 
 

@@ -14,7 +14,8 @@ named strategy with the annotated one (chance-corrected: 0 for always naming one
 replies and of the most frequent reply (:mod:`compeer_loop.replies`), the judge's total among format-valid replies
 only, distinct-n on the first ``N`` tokens, and the independent scorer's comparison with the real reply
 (:mod:`compeer_loop.independent`): the reply's win share, the share of prompts not scored and the share of the
-scorer's answers that named the first position (its position bias). Between two arms,
+scorer's answers that named the first position (its position bias), and the win share among the replies whose
+length is within :data:`MATCHED_LENGTH` of the real reply's, with their share (the scorer favours longer replies). Between two arms,
 :func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a pair is one
 prompt under one seed), with a paired bootstrap 95% interval of the mean difference and a sign-flip permutation
 p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed means.
@@ -90,6 +91,31 @@ def win_share(rs: Sequence[Record]) -> float | None:
                   if r.get("independent_status") == "ok" and r["independent_win"] is not None])
 
 
+#: the length band, as a multiple of the real reply's length, within which the independent scorer's win share is also
+#: reported: a zero-shot rater that prefers longer replies (on the run of 2026-11-30 the untrained base, rarely in the
+#: CER format, won 0.83 overall and 0.78 within the band) is then compared on replies of the real one's length
+MATCHED_LENGTH = (0.67, 1.5)
+
+
+def _length_matched(r: Record) -> bool:
+    ref = r["reference_length"] if "reference_length" in r else mean_length([r["reference"]]) or 0.0
+    own = r["length"] if "length" in r else mean_length([r["text"]]) or 0.0
+    return ref > 0 and MATCHED_LENGTH[0] <= own / ref <= MATCHED_LENGTH[1]
+
+
+def _scored(rs: Sequence[Record]) -> list[Record]:
+    return [r for r in _compared(rs) if r.get("independent_status") == "ok" and r["independent_win"] is not None]
+
+
+def matched_win_share(rs: Sequence[Record]) -> float | None:
+    """:func:`win_share` of the replies whose length is within :data:`MATCHED_LENGTH` of the real reply's."""
+    return win_share([r for r in _scored(rs) if _length_matched(r)])
+
+
+def _matched_share(rs: Sequence[Record]) -> float | None:
+    return _mean([100.0 * _length_matched(r) for r in _scored(rs)])
+
+
 def _independent_unscored(rs: Sequence[Record]) -> float | None:
     return _mean([100.0 * (r.get("independent_status") != "ok") for r in _compared(rs)])
 
@@ -124,6 +150,8 @@ FIGURES: dict[str, Figure] = {
     "reward_format": lambda rs: _judged(rs, "reward_format"),
     "reward_total_format_ok": _format_ok_total,
     "independent_win_share": win_share,
+    "independent_win_share_matched": matched_win_share,
+    "independent_matched_share": _matched_share,
     "independent_unscored": _independent_unscored,
     "independent_first_position": _independent_first,
     "judge_parse_failure": lambda rs: _mean([100.0 * (r.get("judge_status") == "parse_failed") for r in rs
@@ -135,17 +163,20 @@ BIAS_SHIFTED = ("distinct_1", "distinct_2", "distinct_1_first", "distinct_2_firs
 #: figures where higher is better (the others are descriptive)
 HIGHER_IS_BETTER = ("strategy_accuracy", "bleu_2", "rouge_l", "distinct_1", "distinct_2", "format_ok",
                     "reward_total", "reward_steps", "reward_preference", "reward_format", "strategy_kappa",
-                    "distinct_1_first", "distinct_2_first", "reward_total_format_ok", "independent_win_share")
+                    "distinct_1_first", "distinct_2_first", "reward_total_format_ok", "independent_win_share",
+                    "independent_win_share_matched")
 #: first tokens of a reply that distinct-n is also computed on (the plan's ``distinct_first_tokens``)
 FIRST_TOKENS = 16
 
 
 def add_item_figures(r: Record, first_n: int = FIRST_TOKENS) -> Record:
-    """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's length, its first
+    """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's and the real turn's
+    lengths, its first
     ``first_n`` tokens and the degenerate-reply rule's mark (:func:`compeer_loop.replies.mark_reply`), of the reply
     and of the prompt's real supporter reply (``reference_mark``)."""
     r["rouge_l"] = rouge_l([r["text"]], [r["reference"]])
     r["length"] = mean_length([r["text"]]) or 0.0
+    r["reference_length"] = mean_length([r["reference"]]) or 0.0
     r["first_text"] = first_tokens(r["text"], first_n)
     r["reply_mark"] = mark_reply(r["text"], r.get("history") or [], r.get("raw"), bool(r.get("format_ok", True)))
     r["reference_mark"] = mark_reply(r["reference"], r.get("history") or [])

@@ -25,7 +25,7 @@ from compeer_loop.independent import (
 )
 from compeer_loop.report import goals
 from compeer_loop.report_checks import independent_section, paired_section, skeptic_table
-from compeer_loop.stats import FIGURES, paired_difference, per_prompt, summarise, win_share
+from compeer_loop.stats import FIGURES, matched_win_share, paired_difference, per_prompt, summarise, win_share
 from evaluator.backends import EngineError, roles_from_engines
 from tests.fake_engine import FakeEngine
 
@@ -172,12 +172,30 @@ def test_report_shows_the_win_share_and_decides_the_goal_by_the_paired_interval(
     a = [_scored(i, 0.0 if i % 3 else 0.5) for i in range(12)]
     figs = {"c": summarise(c, n_boot=50), "a": summarise(a, n_boot=50)}
     table = skeptic_table(figs, {"c": c, "a": a}, {"c": "(c)", "a": "(a)"}, {}, 16)
-    assert "| independent: win share vs the real reply | independent: answers naming A % / not scored % |" in table
+    assert ("| independent: win share vs the real reply | independent: win share, length 0.67-1.5x the real reply's "
+            "(replies so %) | independent: answers naming A % / not scored % |") in table
     assert "| 0.88 [" in table and "| 50.0 [50.0, 50.0] / 0.0 [0.0, 0.0] |" in table
     assert "Compared: c, a." in independent_section(figs, "judge-base")
     _, paired = paired_section({"c": c, "a": a}, n_boot=200)
     line = next(g for g in goals(figs, paired["pairs"]) if g.startswith("(c) beats (a) on the independent scorer"))
     assert ": met: (c) - (a) = " in line and "12 pairs" in line
+
+
+def test_the_win_share_among_replies_of_about_the_real_replys_length() -> None:
+    """A scorer that prefers long replies: the length-matched share (0.67-1.5x the real reply's length) counts only
+    the replies within the band, beside their share, so a policy that wins by writing longer is seen doing so."""
+    ref = len(REFERENCE.split())
+    rs = [_scored(0, 1.0) | {"length": 3.0 * ref}, _scored(1, 1.0) | {"length": 3.0 * ref},
+          _scored(2, 0.0) | {"length": float(ref)}, _scored(3, 0.5) | {"length": 1.4 * ref},
+          _scored(4, 1.0) | {"length": 0.5 * ref}, _scored(5, None, "failed") | {"length": float(ref)}]
+    for r in rs:
+        r["reference_length"] = float(ref)
+    assert win_share(rs) == pytest.approx(3.5 / 5) and matched_win_share(rs) == pytest.approx(0.25)
+    f = summarise(rs, n_boot=20)["figures"]
+    assert f["independent_matched_share"]["value"] == pytest.approx(40.0)  # 2 of the 5 scored replies
+    table = skeptic_table({"c": summarise(rs, n_boot=20)}, {"c": rs}, {"c": "(c)"}, {}, 16)
+    assert "| 0.25 [" in table and "(40.0 [" in table
+    assert matched_win_share([_scored(0, 1.0) | {"length": 9.0 * ref}]) is None  # none within the band: no figure
 
 
 def test_a_folder_rated_1_to_5_before_the_scorer_compared_reads_not_run() -> None:
