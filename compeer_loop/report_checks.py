@@ -52,8 +52,8 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
             "| most frequent reply % "
             f"| judge total (all judged) | judge total (format-valid only) | D-1 / D-1 first {first_n} "
             f"| D-2 / D-2 first {first_n} | independent: win share vs the real reply "
-            f"| independent: win share, length {MATCHED_LENGTH[0]:g}-{MATCHED_LENGTH[1]:g}x the real reply's (replies so %) "
-            "| independent: answers naming A % / not scored % |")
+            f"| independent: win share, length {MATCHED_LENGTH[0]:g}-{MATCHED_LENGTH[1]:g}x the real reply's "
+            "(replies so %) | independent: answers naming A % / not scored % |")
     rows = [head, "|" + "---|" * 13]
     for name, summary in figs.items():
         f = summary["figures"]
@@ -65,9 +65,9 @@ def skeptic_table(figs: Figures, records: dict[str, list[dict[str, Any]]], label
                     f"{_v(f.get('distinct_1'))} / {_v(f.get('distinct_1_first'))} | "
                     f"{_v(f.get('distinct_2'))} / {_v(f.get('distinct_2_first'))} | "
                     + (f"{_v(f.get('independent_win_share'))} | {_v(f.get('independent_win_share_matched'))} "
-                       f"({_v(f.get('independent_matched_share'), 1)}) | {_v(f.get('independent_first_position'), 1)} / "
-                       f"{_v(f.get('independent_unscored'), 1)}" if _compared(f) else "not run | not run | not run")
-                    + " |")
+                       f"({_v(f.get('independent_matched_share'), 1)}) | "
+                       f"{_v(f.get('independent_first_position'), 1)} / {_v(f.get('independent_unscored'), 1)}"
+                       if _compared(f) else "not run | not run | not run") + " |")
     return "\n".join(rows)
 
 

@@ -15,8 +15,8 @@ replies and of the most frequent reply (:mod:`compeer_loop.replies`), the judge'
 only, distinct-n on the first ``N`` tokens, and the independent scorer's comparison with the real reply
 (:mod:`compeer_loop.independent`): the reply's win share, the share of prompts not scored and the share of the
 scorer's answers that named the first position (its position bias), and the win share among the replies whose
-length is within :data:`MATCHED_LENGTH` of the real reply's, with their share (the scorer favours longer replies). Between two arms,
-:func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a pair is one
+length is within :data:`MATCHED_LENGTH` of the real reply's, with their share (the scorer favours longer replies).
+Between two arms, :func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a pair is one
 prompt under one seed), with a paired bootstrap 95% interval of the mean difference and a sign-flip permutation
 p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed means.
 """

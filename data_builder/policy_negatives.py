@@ -15,16 +15,16 @@ outputs; prompts of other dialogues are skipped and counted.
 :class:`Labeller` marks a reply by the first rule that holds (thresholds and word lists: ``silver.yaml``
 ``policy_labeller``): ``empty``, ``stage_label``, ``judge_wording``, ``repetition``, ``truncated`` (kind
 ``degenerate``), ``dismissive`` (``dismissive``), ``echo`` (``echo``), ``template`` (the kind of the rule-made text
-it repeats), ``short_no_content``, ``repeated_across_prompts`` (``generic``); with ``--stage-misfit``, last, ``stage_misfit`` (``misfit``): a
-format-valid reply whose ``<strategy>`` part names a strategy of another support stage (``silver.yaml``
-``strategy_stage``: exploration, comforting, action) than the strategy annotated at that round, e.g. a question
-while the supporter comforts (the collapse of issue 26's GRPO arms onto one strategy at every moment). A reply no
-rule marks is not a negative and is left out. Output ``policy_negatives.jsonl``: one ``policy_negative`` record per marked reply with its
-``kind``, ``rule``, ``text`` and where it came from (``run`` = the loop folder's name, ``policy``, ``prompt_id``,
-``dialogue_id``, ``round_index``, ``split``) and ``conversation_free`` (no content word of its own conversation, the
-dialogue's situation included, and neither an echo nor a misfit: usable beside any conversation); a misfit also keeps
-the ``strategy`` it names and the ``gold_strategy`` of its round. ``--kinds`` keeps only the records of some kinds.
-No conversation text is written.
+it repeats), ``short_no_content``, ``repeated_across_prompts`` (``generic``); with ``--stage-misfit``, last,
+``stage_misfit`` (``misfit``): a format-valid reply whose ``<strategy>`` part names a strategy of another support
+stage (``silver.yaml`` ``strategy_stage``: exploration, comforting, action) than the strategy annotated at that
+round, e.g. a question while the supporter comforts (the collapse of issue 26's GRPO arms onto one strategy at every
+moment). A reply no rule marks is not a negative and is left out. Output ``policy_negatives.jsonl``: one
+``policy_negative`` record per marked reply with its ``kind``, ``rule``, ``text`` and where it came from (``run`` =
+the loop folder's name, ``policy``, ``prompt_id``, ``dialogue_id``, ``round_index``, ``split``) and
+``conversation_free`` (no content word of its own conversation, the dialogue's situation included, and neither an
+echo nor a misfit: usable beside any conversation); a misfit also keeps the ``strategy`` it names and the
+``gold_strategy`` of its round. ``--kinds`` keeps only the records of some kinds. No conversation text is written.
 """
 
 from __future__ import annotations
@@ -284,9 +284,10 @@ def label_replies(replies: list[PolicyReply], split_of: dict[str, str], situatio
             continue
         kind, rule = marked
         said = " ".join([t["text"] for t in history] + [situations.get(dialogue_id, "")])
-        free = kind not in ("echo", MISFIT) and not content_words(rec["text"], cfg.labeller.stopwords) & content_words(
-            said, cfg.labeller.stopwords)
-        named = {"strategy": labeller.named_misfit(rec.get("raw"), gold), "gold_strategy": gold} if kind == MISFIT else {}
+        free = kind not in ("echo", MISFIT) and not (content_words(rec["text"], cfg.labeller.stopwords)
+                                                    & content_words(said, cfg.labeller.stopwords))
+        named = ({"strategy": labeller.named_misfit(rec.get("raw"), gold), "gold_strategy": gold}
+                 if kind == MISFIT else {})
         counts[f"kind_{kind}"] += 1
         counts[f"rule_{rule}"] += 1
         counts[f"split_{split}"] += 1
