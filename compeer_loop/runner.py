@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 PLAN_FILE, STATE_FILE, DONE_FILE = "plan.json", "state.json", "DONE"
 WARMUP_ADAPTER = Path("warmup") / "adapter"
 POLL_S = 5.0
+#: with ``generation`` vllm, a GRPO arm starts on a card only once every arm already there has logged a step (its
+#: colocated vLLM engine has profiled the card and taken its share), or this many seconds after that arm started: two
+#: engines profiling one H200 at once stopped one of them on 2026-11-30 ("No available memory for the cache blocks"),
+#: which cost a restart
+START_GAP_S = 300.0
 
 
 def load_settings(root: Path) -> LoopSettings:
@@ -219,6 +224,15 @@ class Driver:
                **card_env(card), **arm_env(arm, self.s)}
         return self._spawn(arm.name, grpo_argv(arm, self.s, self.root, self.servers, resume), out / "pid", env)
 
+    def _card_starting(self, jobs: dict[str, Job]) -> bool:
+        """Whether the card the next arm would get holds a GRPO arm still starting with vLLM generation: no step
+        logged yet, and started less than :data:`START_GAP_S` ago."""
+        if self.s.generation != "vllm":
+            return False
+        card = pick_card(self.placement, (self.cards.get(n) for n in jobs))
+        return any(self.cards.get(n) == card and ARM_BY_NAME[n].grpo and time.time() - job.started < START_GAP_S
+                   and "step" not in self.arm_status(ARM_BY_NAME[n]) for n, job in jobs.items())
+
     def _start(self, arm: Arm, running: set[str]) -> Job | None:
         """Check a GRPO arm's judges (None, the arm marked failed, when one is not what the plan says), then launch
         it on the arm card with the fewest of ``running``."""
@@ -278,13 +292,14 @@ class Driver:
                 pending.append(arm)
         full = limit = self.s.max_concurrent_arms or default_concurrency(self.placement)
         while jobs or pending:
-            while pending and len(jobs) < limit:
+            while pending and len(jobs) < limit and not self._card_starting(jobs):
                 arm = pending.pop(0)
                 job = self._start(arm, set(jobs))
                 if job is not None:
                     jobs[arm.name] = job
             for arm in pending:
-                why = "max_concurrent_arms" if limit == full else "one arm per card after an OOM"
+                why = ("an arm on its card is starting" if len(jobs) < limit else
+                       "max_concurrent_arms" if limit == full else "one arm per card after an OOM")
                 self.state["arms"][arm.name] = {**self.arm_status(arm), "status": f"waiting ({why})"}
             time.sleep(POLL_S)
             self.start_evals()

@@ -380,6 +380,48 @@ def test_an_arm_out_of_memory_beside_others_runs_again_alone_without_costing_a_t
     assert sorted(calls[2:]) == ["c alongside ", "d alongside "], calls
 
 
+_FAKE_ARM_STEPS = """
+import pathlib, sys, time
+argv = sys.argv[1:]
+out = pathlib.Path(argv[argv.index("--out") + 1])
+stepped = sorted(p.parent.name for p in out.parent.glob("*/metrics.jsonl"))
+running = sorted(p.stem for p in out.parent.glob("*.running"))
+(out.parent / (out.name + ".running")).write_text("")
+with (out.parent / "calls.log").open("a") as fh:
+    fh.write(f"{out.name} beside {','.join(running)} stepped {','.join(stepped)}\\n")
+time.sleep(0.4)  # the colocated engine starting: no step yet
+out.mkdir(parents=True, exist_ok=True)
+(out / "metrics.jsonl").write_text('{"step": 1}\\n')
+time.sleep(1.0)  # training beside the next arm
+(out.parent / (out.name + ".running")).unlink()
+(out / "final").mkdir(parents=True)
+(out / "final" / "adapter_config.json").write_text("{}")
+"""
+
+
+@pytest.mark.parametrize("generation", ["vllm", "transformers"])
+def test_a_vllm_arm_waits_for_the_arm_starting_on_its_card(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, generation: str) -> None:
+    """Two colocated vLLM engines profiling one H200 at once stopped one ("No available memory for the cache blocks",
+    2026-11-30): with vLLM generation the second arm on a card starts once the first has logged a step, and still
+    trains beside it; with transformers generation both start at once."""
+    import sys
+
+    from compeer_loop import runner
+
+    root, s = _fake_driver(tmp_path, monkeypatch, arms=["a", "b", "c"], max_concurrent_arms=2, max_restarts=0,
+                           generation=generation)
+    monkeypatch.setattr(runner, "grpo_argv", lambda arm, s, root, servers, resume: [
+        sys.executable, "-c", _FAKE_ARM_STEPS, "--out", str(root / arm.name)])
+    state = runner.Driver(root, s).run(evaluate=False)
+    assert {k: v["status"] for k, v in state["arms"].items()} == {"a": "done", "b": "done", "c": "done"}
+    calls = (root / "calls.log").read_text().splitlines()
+    if generation == "vllm":
+        assert calls == ["b beside  stepped ", "c beside b stepped b"], calls
+    else:  # both at once (which process writes first is the machine's business): neither saw a step of the other
+        assert sorted(c.split()[0] for c in calls) == ["b", "c"] and all(c.endswith(" stepped ") for c in calls), calls
+
+
 def test_max_concurrent_arms_is_validated() -> None:
     with pytest.raises(ValueError, match="max_concurrent_arms"):
         LoopSettings(max_concurrent_arms=0)
