@@ -66,6 +66,18 @@ def pick_card(p: Placement, busy: Iterable[str | None]) -> str | None:
     return min(p.arm_cards, key=lambda c: (load[c], p.arm_cards.index(c)))
 
 
+#: with vLLM generation, a GRPO arm starts on a card only once every arm already there has logged a step (its colocated
+#: vLLM engine has profiled the card and taken its share), or this many seconds after that arm started: two engines
+#: profiling one H200 at once stopped one of them on 2026-11-30 ("No available memory for the cache blocks")
+START_GAP_S = 300.0
+
+
+def still_starting(card: str | None, arms: Iterable[tuple[str | None, float, bool]], now: float) -> bool:
+    """Whether one of ``arms`` (its card, start time, whether it has logged a step) on ``card`` is still starting: no
+    step logged, started less than :data:`START_GAP_S` before ``now``."""
+    return any(c == card and not stepped and now - started < START_GAP_S for c, started, stepped in arms)
+
+
 def card_env(card: str | None) -> dict[str, str]:
     """The environment that puts a process on ``card`` (nothing when no card is named)."""
     return {} if card is None else {"CUDA_VISIBLE_DEVICES": card}

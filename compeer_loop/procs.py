@@ -1,5 +1,6 @@
 """Processes and files the loop's driver watches: whether a process lives, whether it died out of GPU memory, the
-sha256 of the warm-up adapter every GRPO arm starts from, and stopping the reward servers a loop started."""
+sha256 of the warm-up adapter every GRPO arm starts from, whether a reward server is ready, and stopping the reward
+servers a loop started."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import logging
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from compeer_loop.plan import JudgeServer
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,15 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def ready(server: JudgeServer, timeout_s: float = 2.0) -> bool:
+    """Whether the server answers ``GET /readyz`` with 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/readyz", timeout=timeout_s) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def stop_servers(root: Path, wait_s: float = 30.0) -> None:

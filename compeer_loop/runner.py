@@ -23,8 +23,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +37,12 @@ from compeer_loop.placement import (
     plan_placement,
     read_launches,
     record_launch,
+    still_starting,
     where_ran,
 )
 from compeer_loop.plan import (
     ARM_BY_NAME,
     Arm,
-    JudgeServer,
     LoopSettings,
     all_judges,
     arm_env,
@@ -55,7 +53,7 @@ from compeer_loop.plan import (
     warmup_argv,
     warmup_length,
 )
-from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory, stop_servers
+from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory, ready, stop_servers
 
 __all__ = ["Driver", "load_settings", "policy_dir", "stop_servers"]
 
@@ -63,11 +61,6 @@ log = logging.getLogger(__name__)
 PLAN_FILE, STATE_FILE, DONE_FILE = "plan.json", "state.json", "DONE"
 WARMUP_ADAPTER = Path("warmup") / "adapter"
 POLL_S = 5.0
-#: with ``generation`` vllm, a GRPO arm starts on a card only once every arm already there has logged a step (its
-#: colocated vLLM engine has profiled the card and taken its share), or this many seconds after that arm started: two
-#: engines profiling one H200 at once stopped one of them on 2026-11-30 ("No available memory for the cache blocks"),
-#: which cost a restart
-START_GAP_S = 300.0
 
 
 def load_settings(root: Path) -> LoopSettings:
@@ -82,15 +75,6 @@ def policy_dir(root: Path, name: str) -> Path | None:
         return None
     path = root / name / ("final" if arm.grpo else WARMUP_ADAPTER)
     return path if (path / "adapter_config.json").is_file() else None
-
-
-def ready(server: JudgeServer, timeout_s: float = 2.0) -> bool:
-    """Whether the server answers ``GET /readyz`` with 200."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/readyz", timeout=timeout_s) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 @dataclass
@@ -225,13 +209,12 @@ class Driver:
         return self._spawn(arm.name, grpo_argv(arm, self.s, self.root, self.servers, resume), out / "pid", env)
 
     def _card_starting(self, jobs: dict[str, Job]) -> bool:
-        """Whether the card the next arm would get holds a GRPO arm still starting with vLLM generation: no step
-        logged yet, and started less than :data:`START_GAP_S` ago."""
+        """With vLLM generation, whether the next arm's card holds a GRPO arm still starting (:func:`still_starting`)."""
         if self.s.generation != "vllm":
             return False
-        card = pick_card(self.placement, (self.cards.get(n) for n in jobs))
-        return any(self.cards.get(n) == card and ARM_BY_NAME[n].grpo and time.time() - job.started < START_GAP_S
-                   and "step" not in self.arm_status(ARM_BY_NAME[n]) for n, job in jobs.items())
+        arms = [(self.cards.get(n), job.started, "step" in self.arm_status(ARM_BY_NAME[n]))
+                for n, job in jobs.items() if ARM_BY_NAME[n].grpo]
+        return still_starting(pick_card(self.placement, (self.cards.get(n) for n in jobs)), arms, time.time())
 
     def _start(self, arm: Arm, running: set[str]) -> Job | None:
         """Check a GRPO arm's judges (None, the arm marked failed, when one is not what the plan says), then launch
