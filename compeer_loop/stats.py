@@ -16,9 +16,9 @@ only, distinct-n on the first ``N`` tokens, and the independent scorer's compari
 (:mod:`compeer_loop.independent`): the reply's win share, the share of prompts not scored and the share of the
 scorer's answers that named the first position (its position bias), and the win share among the replies whose
 length is within :data:`MATCHED_LENGTH` of the real reply's, with their share (the scorer favours longer replies).
-Between two arms, :func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a pair is one
-prompt under one seed), with a paired bootstrap 95% interval of the mean difference and a sign-flip permutation
-p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed means.
+Between two arms, :func:`paired_difference` compares per-prompt scores on the prompts both answered (seeds pooled: a
+pair is one prompt under one seed), with a paired bootstrap 95% interval of the mean difference and a sign-flip
+permutation p-value; :func:`seed_spread` is the standard deviation of an arm's per-seed means.
 """
 
 from __future__ import annotations
@@ -171,9 +171,9 @@ FIRST_TOKENS = 16
 
 def add_item_figures(r: Record, first_n: int = FIRST_TOKENS) -> Record:
     """Per-prompt values the figures use: ROUGE-L of the reply against the real turn, the reply's and the real turn's
-    lengths, its first
-    ``first_n`` tokens and the degenerate-reply rule's mark (:func:`compeer_loop.replies.mark_reply`), of the reply
-    and of the prompt's real supporter reply (``reference_mark``)."""
+    lengths, the reply's first ``first_n`` tokens and the degenerate-reply rule's mark
+    (:func:`compeer_loop.replies.mark_reply`), of the reply and of the prompt's real supporter reply
+    (``reference_mark``)."""
     r["rouge_l"] = rouge_l([r["text"]], [r["reference"]])
     r["length"] = mean_length([r["text"]]) or 0.0
     r["reference_length"] = mean_length([r["reference"]]) or 0.0
