@@ -209,7 +209,8 @@ class Driver:
         return self._spawn(arm.name, grpo_argv(arm, self.s, self.root, self.servers, resume), out / "pid", env)
 
     def _card_starting(self, jobs: dict[str, Job]) -> bool:
-        """With vLLM generation, whether the next arm's card holds a GRPO arm still starting (:func:`still_starting`)."""
+        """With vLLM generation, whether the next arm's card holds a GRPO arm still starting
+        (:func:`compeer_loop.placement.still_starting`)."""
         if self.s.generation != "vllm":
             return False
         arms = [(self.cards.get(n), job.started, "step" in self.arm_status(ARM_BY_NAME[n]))
