@@ -16,7 +16,7 @@ redundancy reweighting); likewise for the named strategy the run collapsed onto 
 groups whose four discrete totals are all equal (nothing but the graded tie-breaks and the reweighting to learn from).
 Then, per run and named strategy (30 completions or more), the mean divisor the redundancy reweighting applied to a
 positive total (total / reward: (1 + tau s_in)(1 + tau s_hi), paper Eq. 5-7): the higher, the more of the judge's
-reward it took away.
+reward it took away. Last, per run, the share of completions that fit, by quarter of the run's steps.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ def main() -> None:
         return tax.normalise(s) if s else None
 
     divisors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    fit_by_quarter: dict[str, list[list[bool]]] = {}
     print("run | judge | groups | all four totals equal % | fit-vs-misfit pairs | fit higher: total / graded / "
           "reward | dominant strategy | its pairs | dominant higher: total / reward")
     for name, judge, lines in runs():
@@ -117,9 +118,19 @@ def main() -> None:
               f"{share(fit_pairs['total'])} / {share(fit_pairs['graded_total'])} / {share(fit_pairs['reward'])} | "
               f"{dominant} ({100 * counts[dominant] / len(lines):.0f}%) | {len(dom_pairs['total'])} | "
               f"{share(dom_pairs['total'])} / {share(dom_pairs['reward'])}")
+        last = max(int(c["step"]) for c in lines)
+        fit_by_quarter[name] = [[], [], [], []]
+        for c in lines:
+            n, gold = named[id(c)], annotated(c)
+            if n in stage and gold in stage:
+                fit_by_quarter[name][min(3, (int(c["step"]) - 1) * 4 // last)].append(stage[n] == stage[gold])
         for c in lines:
             if c.get("total") and c["total"] > 0 and c.get("reward"):
                 divisors[name][named[id(c)] or "none"].append(c["total"] / c["reward"])
+    print("\nrun | completions that fit the annotated moment's stage, % of those that name a staged strategy, "
+          "by quarter of the steps")
+    for name, shares in fit_by_quarter.items():
+        print(f"{name} | " + " / ".join(f"{100 * sum(v) / len(v):.0f}" if v else "n/a" for v in shares))
     print("\nrun | mean reweighting divisor of a positive total, by named strategy (completions), lightest first")
     for name, by in divisors.items():
         cells = sorted((sum(v) / len(v), k, len(v)) for k, v in by.items() if len(v) >= 30)
