@@ -84,11 +84,15 @@ def _compared(rs: Sequence[Record]) -> list[Record]:
     return [r for r in rs if "independent_win" in r]
 
 
+def _scored(rs: Sequence[Record]) -> list[Record]:
+    """The ``ok`` comparisons with a win value (a ``failed`` or ``engine_error`` one has none)."""
+    return [r for r in _compared(rs) if r.get("independent_status") == "ok" and r["independent_win"] is not None]
+
+
 def win_share(rs: Sequence[Record]) -> float | None:
     """The independent scorer's win share of the replies against the real reply: the mean of ``independent_win``
     (1, 0.5 or 0) over the ``ok`` comparisons; a ``failed`` or ``engine_error`` one has no win and is left out."""
-    return _mean([float(r["independent_win"]) for r in _compared(rs)
-                  if r.get("independent_status") == "ok" and r["independent_win"] is not None])
+    return _mean([float(r["independent_win"]) for r in _scored(rs)])
 
 
 #: the length band, as a multiple of the real reply's length, within which the independent scorer's win share is also
@@ -101,10 +105,6 @@ def _length_matched(r: Record) -> bool:
     ref = r["reference_length"] if "reference_length" in r else mean_length([r["reference"]]) or 0.0
     own = r["length"] if "length" in r else mean_length([r["text"]]) or 0.0
     return ref > 0 and MATCHED_LENGTH[0] <= own / ref <= MATCHED_LENGTH[1]
-
-
-def _scored(rs: Sequence[Record]) -> list[Record]:
-    return [r for r in _compared(rs) if r.get("independent_status") == "ok" and r["independent_win"] is not None]
 
 
 def matched_win_share(rs: Sequence[Record]) -> float | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy, named_strategy
 from data_builder.ingest import ingest_files
-from data_builder.sample import rounds_of
+from data_builder.policy_negatives import strategy_at
 from data_builder.silver_text import load_config
 
 HERE = Path(__file__).resolve().parent
@@ -72,8 +72,7 @@ def main() -> None:
     turns = {d["id"]: d["turns"] for d in dialogues}
 
     def annotated(c: dict) -> str | None:
-        t = turns[c["dialogue_id"]]
-        s = t[rounds_of(t)[c["round_index"] - 1]].get("strategy")
+        s = strategy_at(turns[c["dialogue_id"]], c["round_index"])
         return tax.normalise(s) if s else None
 
     divisors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
