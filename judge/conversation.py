@@ -4,7 +4,8 @@ and re-generated while unparsable (:func:`judge.generation.generate_validated`);
 
 With ``JudgeSettings.verdict_probs`` on an engine that ``supports_logprobs``, each round also asks for the top-k
 logprobs and keeps, per component, the probability of each verdict label (:func:`judge.verdict_probs
-.label_distributions`, read from the accepted attempt): the graded rewards' input (:func:`judgment_rewards`).
+.label_distributions`, read from the accepted attempt), tempered by the judge's verdict temperature
+(:mod:`judge.calibration`): the graded rewards' input (:func:`judgment_rewards`).
 
 With ``JudgeSettings.answer_prefix`` on an engine that ``supports_prefix``, each round's answer is started for the
 engine with :data:`judge.protocol.ANSWER_PREFIX` (``GenParams.prefix``): it decodes the rest only, under the round's
@@ -17,6 +18,7 @@ import asyncio
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from cer import rewards
 from cer.dialogue import Turn
@@ -24,6 +26,7 @@ from cer.modes import JudgeMode
 from cer.reasoning import ParsedOutput
 from cer.taxonomy import Taxonomy
 from cer.verdicts import STEP_LABELS, Preference, Verdict, parse_verdicts
+from judge.calibration import resolve_temperature, temper
 from judge.engines.base import MASKED_TOP_K, MAX_LOGPROBS, Engine, GenParams, Message
 from judge.generation import RetryPolicy, Validated, content_key, generate_validated, sampling_fields
 from judge.protocol import (
@@ -120,6 +123,8 @@ class Judge:
         self.template = template
         self.taxonomy = taxonomy
         self.settings = settings
+        #: the verdict temperature applied to the label probabilities (:mod:`judge.calibration`)
+        self.temperature = resolve_temperature(settings.verdict_temperature, engine.config.adapter_dir)
 
     @property
     def constrained(self) -> bool:
@@ -159,7 +164,9 @@ class Judge:
         weights, seed, ...), the template version, the system message and, per round, the user message the engine is
         sent (conversation, candidate parts, reference, strategy taxonomy, as rendered), the components it decides and
         its sampling (temperature, top_p, seed, max_tokens, the verdict regex with the rationale bound, the line bound,
-        the logprobs asked for graded rewards), and the retry policy. The judge's own answers need no place in it:
+        the logprobs asked for graded rewards), the retry policy, and the verdict temperature when it is not 1 (the
+        recorded probabilities are tempered; an uncalibrated judge keeps its keys). The judge's own answers need no
+        place in it:
         they follow from the rest. The mode is not in it either: two modes that send the same rounds get the same
         judgment (the rewards are computed from it afterwards)."""
         rounds = [{"user": plan.user, "components": list(plan.components),
@@ -168,10 +175,12 @@ class Judge:
         if not rounds:
             return None
         policy = retry_policy(self.settings)
-        return content_key({"engine": self.engine.identity(), "template": self.template.version,
-                            "system": self.template.system, "rounds": rounds,
-                            "retry": {"max_retries": policy.max_retries,
-                                      "retry_temperature": policy.retry_temperature}})
+        spec: dict[str, Any] = {"engine": self.engine.identity(), "template": self.template.version,
+                "system": self.template.system, "rounds": rounds,
+                "retry": {"max_retries": policy.max_retries, "retry_temperature": policy.retry_temperature}}
+        if self.graded and not self.temperature.identity:  # the probabilities recorded are tempered
+            spec["verdict_temperature"] = [self.temperature.step, self.temperature.preference]
+        return content_key(spec)
 
     async def judge(self, history: list[Turn], reference: str | None, parsed: ParsedOutput,
                     mode: JudgeMode) -> CandidateJudgment:
@@ -213,11 +222,11 @@ class Judge:
         dists = label_distributions(result.text, result.tokens if result.ok else None, plan.kinds,
                                     start=len(params.prefix or ""))
         out.texts.append(result.text)
-        for c, v, d in zip(plan.components, verdicts, dists):
+        for c, kind, v, d in zip(plan.components, plan.kinds, verdicts, dists):
             out.verdicts[c] = v
             out.judged.add(c)
             if self.graded:
-                out.probs[c] = d
+                out.probs[c] = None if d is None else temper(d, self.temperature.of(kind))
 
 
 def _all_verdicts(plan: RoundPlan) -> Callable[[str], list[Verdict | None] | None]:

@@ -167,6 +167,7 @@ def resolve_engine(config: EngineConfig, model: str, adapter: str | None = None,
     path, model_id, revision, merged = ref.path, ref.model_id, ref.revision, ref.adapter
     return replace(config, model_path=path, model_id=model_id, revision=revision, adapter=runtime,
                    adapter_id=merged or (adapter_id(runtime) if runtime else None),
+                   adapter_dir=ref.adapter_dir if merged else runtime,
                    precision=f"{device.split(':')[0]}:{dtype}")
 
 

@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +53,14 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 @dataclass(frozen=True)
 class ModelRef:
     """A resolved model: the folder engines load, a display id and a revision for cache keys and metadata, and
-    the id of an adapter already merged into the folder's weights (None when there is none)."""
+    the id of an adapter already merged into the folder's weights (None when there is none) and that adapter's
+    folder (``adapter_dir``, for its metadata)."""
 
     path: str
     model_id: str
     revision: str
     adapter: str | None = None
+    adapter_dir: str | None = None
 
 
 def cache_dir() -> Path:
@@ -158,7 +160,7 @@ def merge_adapter(ref: ModelRef, adapter_dir: Path, dtype: str = "float32", stem
     target = cache_dir() / "models" / f"{stem or Path(ref.path).name}+{aid.replace('@sha256:', '-')}-{dtype}"
     done = _read_stamp(target)
     if done is not None:
-        return done
+        return replace(done, adapter_dir=str(adapter_dir))
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -169,7 +171,7 @@ def merge_adapter(ref: ModelRef, adapter_dir: Path, dtype: str = "float32", stem
     tok = AutoTokenizer.from_pretrained(ref.path, local_files_only=True)
     _save_atomically(target, merged, tok, {"model_id": ref.model_id, "revision": ref.revision, "adapter": aid,
                                            "merged": True, "dtype": dtype, "base": stem or Path(ref.path).name})
-    return ModelRef(str(target), ref.model_id, ref.revision, aid)
+    return ModelRef(str(target), ref.model_id, ref.revision, aid, str(adapter_dir))
 
 
 def prepare_default_judge(dtype: str = "float32") -> ModelRef:

@@ -245,6 +245,11 @@ class JudgeSettings:
         "returns them for every position, so fewer cost less host work (issue 27). none: 5 where the engine "
         "computes them after the verdict grammar's mask (vLLM, constrained rounds), 20 elsewhere "
         "(judge.conversation.verdict_top_k)"))
+    verdict_temperature: float | None = setting(None, help=(
+        "divide the verdict labels' log-probabilities by this before graded rewards are computed (temperature "
+        "scaling: the verdicts stay, the probabilities spread; 1: the engine's raw probabilities). none: the "
+        "served adapter's calibration (verdict_temperature in its compeer_judge.json, fitted by reward_trainer "
+        "calibrate), or 1 when it has none (judge.calibration)"))
     independent_rounds: bool = setting(False, help=(
         "send every round of a candidate at once, each after the system message and the conversation alone, "
         "instead of one after another with the earlier rounds' answers in its context: a judgment then waits for "
@@ -269,6 +274,8 @@ class JudgeSettings:
             raise ValueError(f"rationale_max_chars {self.rationale_max_chars}: expected >= 1")
         if self.verdict_top_k is not None and not 1 <= self.verdict_top_k <= MAX_LOGPROBS:
             raise ValueError(f"verdict_top_k {self.verdict_top_k}: expected 1..{MAX_LOGPROBS}")
+        if self.verdict_temperature is not None and not (0 < self.verdict_temperature < float("inf")):
+            raise ValueError(f"verdict_temperature {self.verdict_temperature}: expected a positive number")
 
 
 def render_judge_chat(template: Template, taxonomy: Taxonomy, mode: JudgeMode, history: list[Turn],

@@ -134,7 +134,8 @@ class RewardCore:
                             embedding_model=self.embedder.model_id if self.embedder else "off", graded=self.graded,
                             independent_rounds=self.config.judge.independent_rounds,
                             answer_prefix=self.judge.prefixed,
-                            verdict_top_k=self.judge.logprobs or 0)
+                            verdict_top_k=self.judge.logprobs or 0,
+                            verdict_temperature=self.judge.temperature if self.graded else None)
 
     # ---- scoring ------------------------------------------------------------------------------------------------
     def timeout_for(self, timeout_ms: int, transport_timeout_s: float | None) -> float:

@@ -147,8 +147,10 @@ async def serve(config: ServerConfig) -> None:
         if start_task in done:
             start_task.result()  # raises if the engine failed to start
             await _set_health(health, health_pb2.HealthCheckResponse.SERVING)
-            log.info("ready: model %s (%s), adapter %s, cache %s", config.engine.model_id, config.engine.revision,
-                     config.engine.adapter_id, core.cache.kind)
+            t = core.judge.temperature
+            log.info("ready: model %s (%s), adapter %s, cache %s, graded %s (verdict temperature step %g, "
+                     "preference %g: %s)", config.engine.model_id, config.engine.revision, config.engine.adapter_id,
+                     core.cache.kind, core.graded, t.step, t.preference, t.source)
             watch_task = asyncio.create_task(_watch_engine(core, health))
             await asyncio.wait({stop_task, http_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
             watch_task.cancel()

@@ -13,6 +13,7 @@ from typing import Any
 from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.verdicts import Preference
+from judge.calibration import VerdictTemperature
 from judge.settings import setting
 from reward_server.error_codes import ErrorCode
 
@@ -249,6 +250,8 @@ class InfoResponse:
     independent_rounds: bool = False  # each round judged from the conversation alone (JudgeSettings.independent_rounds)
     answer_prefix: bool = False  # each round's answer started for the engine (JudgeSettings.answer_prefix, if it can)
     verdict_top_k: int = 0  # logprobs a token asked for graded rewards (judge.conversation.verdict_top_k); 0: not graded
+    #: the verdict temperature of graded rewards (judge.calibration; step, preference, source); None: not graded
+    verdict_temperature: VerdictTemperature | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "adapter": self.adapter, "backend": self.backend,
@@ -257,7 +260,8 @@ class InfoResponse:
                 "sampling": self.sampling.to_json(), "version": self.version, "cache": self.cache,
                 "embedding_model": self.embedding_model, "graded": self.graded,
                 "independent_rounds": self.independent_rounds, "answer_prefix": self.answer_prefix,
-                "verdict_top_k": self.verdict_top_k}
+                "verdict_top_k": self.verdict_top_k,
+                "verdict_temperature": None if self.verdict_temperature is None else self.verdict_temperature.to_json()}
 
 
 # ---- dialogue scoring (POST /v1/dialogues:score, ScoreDialogue; the logic is reward_server/dialogue.py) ----

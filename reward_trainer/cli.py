@@ -1,10 +1,12 @@
-"""``compeer-train judge | judge-eval | judge-contrast | judge-ablation``: train, evaluate and ablate the judge.
+"""``compeer-train judge | judge-eval | judge-contrast | judge-calibrate | judge-ablation``: train, evaluate and ablate the judge.
 
 ``main(argv)`` takes the command as ``argv[0]`` (``compeer_cli.train`` dispatches here)::
 
     compeer-train judge --config cpu-smoke|gpu|FILE [--out DIR] [--max-steps N] [--data DIR] [--variant V]
     compeer-train judge-eval --adapter DIR [--adapter VARIANT=DIR ...] --data DIR --out DIR [--backend ...]
     compeer-train judge-contrast --groups GROUPS.jsonl [--adapter [LABEL=]DIR ...] [--no-base] --out DIR
+    compeer-train judge-calibrate --predictions P.jsonl --out DIR [--contrast C.json --groups G.jsonl]
+                                  [--write-adapter DIR]
     compeer-train judge-ablation --config FILE --out DIR --items ITEMS.jsonl [--rewrite F --persona F] [--extra N]
 """
 
@@ -23,7 +25,7 @@ from judge.protocol import DEFAULT_TEMPLATE, JudgeSettings
 from judge.settings import setting
 from reward_trainer import VARIANTS
 
-COMMANDS = ("judge", "judge-eval", "judge-contrast", "judge-ablation")
+COMMANDS = ("judge", "judge-eval", "judge-contrast", "judge-calibrate", "judge-ablation")
 #: the judge's own defaults, which the judging flags below share (one place for them: JudgeSettings)
 _JUDGE = JudgeSettings()
 
@@ -43,6 +45,10 @@ class JudgingFlags:
                                        "all at once (JudgeSettings.independent_rounds, as the server's flag)")
     answer_prefix: bool = setting(_JUDGE.answer_prefix, help="start each round's answer for the engine where it can "
                                   "(JudgeSettings.answer_prefix, as the server's flag)")
+    verdict_temperature: float | None = setting(_JUDGE.verdict_temperature, help=(
+        "the verdict temperature of the graded rewards and recorded probabilities (JudgeSettings"
+        ".verdict_temperature, as the server's flag; 1: the raw probabilities judge-calibrate fits on; none: the "
+        "adapter's calibration)"))
     rationale_bound: str = setting("auto", choices=("auto", *RATIONALE_BOUNDS),
                                    help="how the judge's one-line rationale is bounded (the server's "
                                         "--rationale-bound: counted, max_tokens or line; auto: the backend's fastest)")
@@ -117,6 +123,19 @@ def make_parser() -> argparse.ArgumentParser:
                         "both; gold alone halves the judgments)")
     c.add_argument("--out", required=True, help="report folder (contrast.json, contrast.md)")
 
+    k = sub.add_parser("judge-calibrate", help="fit a graded judge's verdict temperatures on judge-eval "
+                                               "predictions (made with --verdict-temperature 1)")
+    k.add_argument("--predictions", required=True, help="predictions.jsonl of judge-eval --verdict-temperature 1")
+    k.add_argument("--judge", default="trained", help="the judge rows to fit on (trained, base)")
+    k.add_argument("--variant", default="unified", choices=VARIANTS, help="the variant rows to fit on")
+    k.add_argument("--folds", type=int, default=2, help="cross-fit folds, split by dialogue")
+    k.add_argument("--contrast", default=None, help="a judge-contrast contrast.json (--verdict-temperature 1) to "
+                                                    "recompute under the fitted temperatures")
+    k.add_argument("--groups", default=None, help="the groups.jsonl that contrast run scored (with --contrast)")
+    k.add_argument("--write-adapter", default=None, help="record the temperatures in this adapter's "
+                                                         "compeer_judge.json")
+    k.add_argument("--out", required=True, help="report folder (calibration.json, calibration.md)")
+
     a = sub.add_parser("judge-ablation", parents=[_eval_flags()], help="D / R / P training-set ablation")
     PROFILES.add_flags(a, required=True)  # the profile of the three runs
     a.add_argument("--out", required=True, help="ablation folder")
@@ -157,7 +176,7 @@ def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
     flags: JudgingFlags = from_namespace(JudgingFlags, args)
     settings = JudgeSettings(max_tokens_per_component=flags.max_tokens, max_retries=choice.max_retries,
                              seed=flags.seed, independent_rounds=flags.independent_rounds,
-                             answer_prefix=flags.answer_prefix)
+                             answer_prefix=flags.answer_prefix, verdict_temperature=flags.verdict_temperature)
     rationale_bound_of(choice.backend, flags.rationale_bound)  # ValueError naming the bounds the backend takes
     runtime = JudgeRuntime(engine=choice, max_batch=flags.max_batch, template=flags.template, taxonomy=flags.taxonomy,
                            settings=settings, concurrency=flags.concurrency, rationale_bound=flags.rationale_bound)
@@ -221,6 +240,33 @@ def _contrast(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from data_builder.records import read_jsonl
+    from judge.calibration import VerdictTemperature
+    from reward_trainer.calibrate import calibrate, render_markdown, rescore_contrast, write_adapter
+
+    if (args.contrast is None) != (args.groups is None):
+        raise ValueError("--contrast and --groups go together")
+    result = calibrate(Path(args.predictions), args.judge, args.variant, args.folds)
+    kinds = result["kinds"]
+    rescored = None
+    if args.contrast is not None:
+        t = VerdictTemperature(kinds["step"]["temperature"], kinds["preference"]["temperature"], "setting")
+        rescored = rescore_contrast(json.loads(Path(args.contrast).read_text(encoding="utf-8")),
+                                    list(read_jsonl(Path(args.groups))), t)
+        result["contrast"] = {"contrast": args.contrast, "groups": args.groups, "judges": rescored}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "calibration.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    (out / "calibration.md").write_text(render_markdown(result, rescored), encoding="utf-8")
+    if args.write_adapter is not None:
+        write_adapter(Path(args.write_adapter), result, args.predictions)
+    print(json.dumps({"out": args.out, "temperature": {k: v["temperature"] for k, v in kinds.items()},
+                      "nll": {k: {"raw": v["raw"]["nll"], "cross_fitted": v["cross_fitted"]["nll"]}
+                              for k, v in kinds.items()}}))
+    return 0
+
+
 def _ablate(args: argparse.Namespace) -> int:
     from reward_trainer.ablation import run_ablation
     from reward_trainer.config import PROFILES
@@ -239,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``argv[0]`` (judge | judge-eval | judge-ablation) with the remaining arguments."""
     args = make_parser().parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"judge": _train, "judge-eval": _evaluate, "judge-contrast": _contrast, "judge-ablation": _ablate}
+    handlers = {"judge": _train, "judge-eval": _evaluate, "judge-contrast": _contrast, "judge-calibrate": _calibrate,
+                "judge-ablation": _ablate}
     from judge.profiles import ConfigError
 
     try:

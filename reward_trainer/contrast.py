@@ -9,7 +9,9 @@ candidate repeats the reference). Per judge, reference, reward kind (discrete, g
 the total, positive vs negative (ties count half), and the within-group win / tie / loss shares. A candidate whose
 total is null (parse failure, engine error, and for the graded total missing verdict probabilities) is counted as
 unscored and left out of that AUC, never given a score. Every kind of negative present in the groups is reported, in
-:data:`data_builder.contrast.NEGATIVE_KINDS` order first, then any other in first-seen order.
+:data:`data_builder.contrast.NEGATIVE_KINDS` order first, then any other in first-seen order. ``contrast.json`` also
+keeps every candidate's verdicts and label probabilities (``judgments``, no text), group by group in the order of
+``totals``, so the rewards can be recomputed from them (``reward_trainer calibrate --contrast``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from cer.reasoning import parse
 from cer.rewards import RewardKind
 from data_builder.contrast import NEGATIVE_KINDS
 from data_builder.records import read_jsonl
-from judge.conversation import judgment_rewards
+from judge.conversation import CandidateJudgment, judgment_rewards
 from judge.engines.base import EngineError
+from reward_trainer.metrics import label_str
 from reward_trainer.predict import JudgeRuntime, make_judge, open_engine
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,14 @@ POSITIVE = "positive"
 REWARD_KINDS: tuple[str, ...] = (RewardKind.DISCRETE.value, RewardKind.GRADED.value)
 #: One group's totals: kind of candidate -> reward kind -> total (None: unscored).
 GroupTotals = dict[str, dict[str, float | None]]
+#: One group's judgments: kind of candidate -> what the judge said (:func:`judgment_record`; None: engine error).
+GroupJudgments = dict[str, dict[str, Any] | None]
+
+
+def judgment_record(j: CandidateJudgment) -> dict[str, Any]:
+    """The verdicts and label probabilities of a judgment (JSON-able; no text), so rewards can be recomputed
+    from it, e.g. under another verdict temperature (:mod:`reward_trainer.calibrate`)."""
+    return {"verdicts": {c: label_str(v) for c, v in j.verdicts.items()}, "probs": dict(j.probs)}
 
 
 @dataclass
@@ -106,35 +117,39 @@ def summarise_kinds(totals: list[GroupTotals]) -> dict[str, Any]:
     return {rk: summarise([{k: t[rk] for k, t in g.items()} for g in totals]) for rk in REWARD_KINDS}
 
 
-async def _score_judge(options: ContrastOptions, adapter: str | None,
-                       groups: list[dict[str, Any]]) -> dict[str, list[GroupTotals]]:
+async def _score_judge(options: ContrastOptions, adapter: str | None, groups: list[dict[str, Any]]
+                       ) -> tuple[dict[str, list[GroupTotals]], dict[str, list[GroupJudgments]]]:
     rt = options.runtime
     gate = asyncio.Semaphore(max(1, rt.concurrency))
     async with open_engine(rt, adapter) as engine:
         judge = make_judge(engine, rt)
 
-        async def total(history: list[Turn], reference: str, candidate: str) -> dict[str, float | None]:
+        async def total(history: list[Turn], reference: str,
+                        candidate: str) -> tuple[dict[str, float | None], dict[str, Any] | None]:
             parsed = parse(candidate)
             async with gate:
                 try:
                     j = await judge.judge(history, reference, parsed, JudgeMode.UNIFIED)
                 except EngineError as exc:
                     log.warning("engine error on a contrast candidate: %s", type(exc).__name__)
-                    return dict.fromkeys(REWARD_KINDS)
+                    return dict.fromkeys(REWARD_KINDS), None
             discrete, graded = judgment_rewards(j, parsed, JudgeMode.UNIFIED)
-            return {RewardKind.DISCRETE.value: discrete.total, RewardKind.GRADED.value: graded.total}
+            return ({RewardKind.DISCRETE.value: discrete.total, RewardKind.GRADED.value: graded.total},
+                    judgment_record(j))
 
-        async def one(g: dict[str, Any], reference: str) -> GroupTotals:
+        async def one(g: dict[str, Any], reference: str) -> tuple[GroupTotals, GroupJudgments]:
             history = [Turn.from_dict(t) for t in g["history"]]
             kinds = list(g["candidates"])
-            totals = await asyncio.gather(*(total(history, reference, g["candidates"][k]) for k in kinds))
-            return dict(zip(kinds, totals))
+            scored = await asyncio.gather(*(total(history, reference, g["candidates"][k]) for k in kinds))
+            return dict(zip(kinds, (t for t, _ in scored))), dict(zip(kinds, (r for _, r in scored)))
 
         out: dict[str, list[GroupTotals]] = {}
+        records: dict[str, list[GroupJudgments]] = {}
         for name in options.references:
             usable = [g for g in groups if g["references"].get(name)]
-            out[name] = list(await asyncio.gather(*(one(g, g["references"][name]) for g in usable)))
-        return out
+            both = await asyncio.gather(*(one(g, g["references"][name]) for g in usable))
+            out[name], records[name] = [t for t, _ in both], [r for _, r in both]
+        return out, records
 
 
 def _cells(s: dict[str, Any], kind: str) -> tuple[str, str, str]:
@@ -178,11 +193,12 @@ async def run_contrast(options: ContrastOptions) -> dict[str, Any]:
         raise ValueError(f"{options.groups_path}: no contrast groups")
     if not options.judges:
         raise ValueError("no judge to score: pass --adapter and/or keep the base judge")
-    metrics: dict[str, Any] = {"judges": {}, "totals": {}}
+    metrics: dict[str, Any] = {"judges": {}, "totals": {}, "judgments": {}}
     for label, adapter in options.judges.items():
-        totals = await _score_judge(options, adapter, groups)
+        totals, records = await _score_judge(options, adapter, groups)
         metrics["judges"][label] = {ref: summarise_kinds(t) for ref, t in totals.items()}
         metrics["totals"][label] = totals
+        metrics["judgments"][label] = records
     rt = options.runtime
     metrics["meta"] = {"groups": str(options.groups_path), "n_groups": len(groups), "backend": rt.engine.backend,
                        "model": rt.engine.model, "template": rt.template, "adapters": dict(options.judges),

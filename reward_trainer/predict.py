@@ -32,6 +32,7 @@ from judge.protocol import (
     load_template,
     mode_components,
 )
+from judge.verdict_probs import LabelDistribution
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,15 @@ class EvalItem:
 
 @dataclass
 class Prediction:
-    """What the judge said about one item (None = no parsable verdict for that component)."""
+    """What the judge said about one item (None = no parsable verdict for that component), with its label
+    probabilities when the judge is graded (``probs``: tempered by its verdict temperature; None where missing)."""
 
     key: str
     verdicts: dict[str, Verdict | None]
     texts: list[str] = field(default_factory=list)
     generations: int = 0
     error: str | None = None
+    probs: dict[str, LabelDistribution | None] = field(default_factory=dict)
 
 
 def components_of(variant: str) -> tuple[str, ...]:
@@ -154,7 +157,8 @@ async def predict(judge: Judge, items: list[EvalItem], variant: str, concurrency
             except EngineError as exc:
                 log.warning("judge failed on item %s: %s", item.key, type(exc).__name__)
                 return Prediction(item.key, {c: None for c in wanted}, error=f"engine_error: {exc}")
-            return Prediction(item.key, {c: cj.verdicts.get(c) for c in wanted}, cj.texts, cj.generations)
+            return Prediction(item.key, {c: cj.verdicts.get(c) for c in wanted}, cj.texts, cj.generations,
+                              probs={c: cj.probs.get(c) for c in wanted} if judge.graded else {})
 
     preds = await asyncio.gather(*(one(it) for it in items))
     failed = sum(1 for p in preds for v in p.verdicts.values() if v is None)

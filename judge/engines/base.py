@@ -115,6 +115,8 @@ class EngineConfig:
     adapter: str | None = setting(None, cli=False, help="a PEFT LoRA folder the engine loads on top of the model "
                                   "(resolved from the user's --adapter by the model store; None: none)")
     adapter_id: str | None = setting(None, cli=False, help="the adapter's identity (name@sha), reported and cached")
+    adapter_dir: str | None = setting(None, cli=False, help="the folder of the adapter whose weights are served "
+                                      "(merged or loaded at run time), for its metadata (judge.calibration)")
     precision: str = setting("", cli=False, help="the device kind and dtype that device and dtype 'auto' resolved to "
                                                  "(e.g. cuda:bfloat16), for the cache key; empty: not resolved")
     seed: int = setting(0, help="engine seed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cer.dialogue import Role, Turn
 from cer.modes import JudgeMode
 from cer.verdicts import Preference
+from judge.calibration import VerdictTemperature
 from reward_server.error_codes import ErrorCode, parse_code
 from reward_server.errors import InvalidArgument
 from reward_server.proto import pb
@@ -236,6 +237,9 @@ def info_to_pb(info: InfoResponse) -> pb.InfoResponse:
                           embedding_model=info.embedding_model, graded=info.graded,
                           independent_rounds=info.independent_rounds, answer_prefix=info.answer_prefix,
                           verdict_top_k=info.verdict_top_k)
+    if info.verdict_temperature is not None:
+        t = info.verdict_temperature
+        msg.verdict_temperature.CopyFrom(pb.VerdictTemperature(step=t.step, preference=t.preference, source=t.source))
     if info.adapter is not None:
         msg.adapter = info.adapter
     return msg
@@ -251,4 +255,8 @@ def info_from_pb(m: pb.InfoResponse) -> InfoResponse:
                         sampling=_sampling_from_pb(m.sampling), version=m.version, cache=m.cache,
                         embedding_model=m.embedding_model, graded=m.graded,
                         independent_rounds=m.independent_rounds, answer_prefix=m.answer_prefix,
-                        verdict_top_k=m.verdict_top_k)
+                        verdict_top_k=m.verdict_top_k,
+                        verdict_temperature=VerdictTemperature(m.verdict_temperature.step,
+                                                               m.verdict_temperature.preference,
+                                                               m.verdict_temperature.source)
+                        if m.HasField("verdict_temperature") else None)

@@ -226,6 +226,15 @@ class Limits(_Response):
     max_queries: int = Field(description="queries per POST /get_reward call")
 
 
+class VerdictTemperature(_Response):
+    """The verdict temperature of graded rewards (judge.calibration)."""
+
+    step: float = Field(description="the temperature of the steps' and the reply verdict's label probabilities")
+    preference: float = Field(description="the temperature of the preference's label probabilities")
+    source: str = Field(description="setting: --verdict-temperature; adapter: the adapter's calibration; none: never "
+                                    "calibrated (1)")
+
+
 class InfoResponse(_Response):
     model: str
     revision: str
@@ -250,6 +259,9 @@ class InfoResponse(_Response):
     verdict_top_k: int = Field(default=0, description="the logprobs a token the judge asks the engine for, for graded "
                                                       "rewards (--verdict-top-k, or 5 on vLLM's masked logprobs and "
                                                       "20 elsewhere); 0 when not graded")
+    verdict_temperature: VerdictTemperature | None = Field(
+        default=None, description="the temperature the verdict label probabilities are tempered by for graded "
+                                  "rewards (--verdict-temperature, or the adapter's calibration); null when not graded")
 
 
 class HealthStatus(_Response):

@@ -53,7 +53,7 @@ def test_every_judge_setting_that_changes_an_answer_is_in_the_cache_key() -> Non
     # every judge setting can change what a judgment says (verdict_probs: whether it has label probabilities)
     changed = {"max_tokens_per_component": 64, "temperature": 0.5, "top_p": 0.9, "seed": 3, "max_retries": 1,
                "retry_temperature": 1.0, "rationale_max_chars": 50, "constrain": False, "verdict_probs": False,
-               "independent_rounds": True, "answer_prefix": True, "verdict_top_k": 5}
+               "independent_rounds": True, "answer_prefix": True, "verdict_top_k": 5, "verdict_temperature": 2.0}
     assert {o.path[-1] for o in options(JudgeSettings)} == set(changed)
     for name, value in changed.items():
         assert key(judge={name: value}) != base, name

@@ -294,27 +294,57 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
     assert "reward_trainer.cli judge-eval" in calls.read_text()
 
 
-def test_an_adversarial_round_beside_the_shipped_judge_needs_its_weights(tmp_path: Path) -> None:
-    """Measuring the shipped judge beside the retrained one (``SHIPPED_CARD``) in a tree whose shipped weights are set
-    aside (``slim.sh hide``) stops before training, naming the fix, instead of training beside two failed
-    measurements."""
+SHIPPED = Path("judge/adapters/unifireward-qwen15-esconv-v2")
+
+
+def _slim_tree(tmp_path: Path, fake_line: str) -> tuple[Path, Path, Path, dict[str, str]]:
+    """A tree whose shipped adapter has no weights (as after ``slim.sh hide``), the run folder with its data built,
+    the log of a FAKE ``python3`` (logs every call, runs ``fake_line`` first, then the real Python) and the env."""
     repo, tree, run = GPU.parents[1], tmp_path / "tree", tmp_path / "qwen-run"
-    shipped = Path("judge/adapters/unifireward-qwen15-esconv-v2")
-    (tree / shipped).mkdir(parents=True)
-    (tree / shipped / "compeer_judge.json").write_text((repo / shipped / "compeer_judge.json").read_text())
+    (tree / SHIPPED).mkdir(parents=True)
+    (tree / SHIPPED / "compeer_judge.json").write_text((repo / SHIPPED / "compeer_judge.json").read_text())
     (tree / "tools").symlink_to(repo / "tools")
     (run / "data2" / "emit" / "judge_sft").mkdir(parents=True)
     calls = tmp_path / "python-calls.txt"
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\nexec {sys.executable} "$@"\n')
+    (fake / "python3").write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n{fake_line}exec {sys.executable} "$@"\n')
     (fake / "python3").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run), "STAGE_DIR": str(tmp_path / "s"),
-           "ADV_NEGATIVES": str(tmp_path / "negatives.jsonl"), "ADV_GRPO2": "0", "SHIPPED_CARD": "0"}
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run), "STAGE_DIR": str(tmp_path / "s")}
+    return tree, run, calls, env
+
+
+def test_an_adversarial_round_beside_the_shipped_judge_needs_its_weights(tmp_path: Path) -> None:
+    """Measuring the shipped judge beside the retrained one (``SHIPPED_CARD``) in a tree whose shipped weights are set
+    aside (``slim.sh hide``) stops before training, naming the fix, instead of training beside two failed
+    measurements."""
+    tree, _run, calls, env = _slim_tree(tmp_path, "")
+    env.update({"ADV_NEGATIVES": str(tmp_path / "negatives.jsonl"), "ADV_GRPO2": "0", "SHIPPED_CARD": "0"})
     done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env=env, cwd=tree,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1 and "slim.sh restore" in done.stderr
     assert "reward_trainer.cli" not in (calls.read_text() if calls.exists() else "")
+
+
+def test_calibrate_fits_on_raw_probabilities_and_writes_a_copy_of_the_shipped_adapter(tmp_path: Path) -> None:
+    """``judge_qwen.sh calibrate``: Table 1 and the contrast with raw probabilities, the fit written into a copy of
+    the shipped adapter (marked ready before the contrast ends), then the contrast recomputed; without the shipped
+    weights in the tree (``slim.sh hide``) it stops first, naming the fix."""
+    tree, run, calls, env = _slim_tree(tmp_path, '[ "$1 $2" = "-m reward_trainer.cli" ] && exit 0\n')
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "calibrate-run"], env=env, cwd=tree,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and "slim.sh restore" in done.stderr and not calls.exists()
+    (tree / SHIPPED / "adapter_model.safetensors").write_bytes(b"weights")
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "calibrate-run"], env=env, cwd=tree,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = calls.read_text().splitlines()
+    assert [ln.split()[2] for ln in lines] == ["judge-eval", "judge-contrast", "judge-calibrate", "judge-calibrate"] \
+        or [ln.split()[2] for ln in lines] == ["judge-contrast", "judge-eval", "judge-calibrate", "judge-calibrate"]
+    assert all("--verdict-temperature 1" in ln for ln in lines[:2])
+    assert f"--write-adapter {run}/shipped-cal" in lines[2] and "--contrast" in lines[3]
+    assert (run / "CALIBRATED").exists() and (run / "shipped-cal" / "adapter_model.safetensors").read_bytes() == \
+        b"weights"
 
 
 def test_minilm_parts_are_joined_once_every_part_is_here(tmp_path: Path) -> None:

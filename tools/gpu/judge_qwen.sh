@@ -22,6 +22,8 @@
 #           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (the
 #           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/adversarial-400); both judges'
 #           per-item verdicts come back in predictions.tar.xz; each judge's contrast is its own process and folder
+#   calibrate  carry .gpu-judge compeer_proto, the full tree (slim.sh restore): the shipped judge's verdict
+#           temperature (calibrate() below); $R/CALIBRATED once $R/shipped-cal has it; `wait` brings the rest
 #   contrast  carry .gpu-judge: the shipped judge's reward AUC on CONTRAST_GROUPS (120) valid groups, both
 #           references, in the background (~5 minutes of an H200); `wait` brings contrast-shipped in evals.tar
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
@@ -204,6 +206,35 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   return $rc
 }
 
+calibrate() {  # issue 23's verdict temperature, one card: the shipped judge's raw label probabilities
+  # (--verdict-temperature 1) on all valid items (Table 1, unified + reply) and on CONTRAST_GROUPS (120) contrast
+  # groups, at once; `reward_trainer judge-calibrate` then fits a temperature per verdict kind on the Table 1 items
+  # (cross-fitted by dialogue), recomputes the contrast under it, and writes it into a copy of the adapter
+  # ($R/shipped-cal, e.g. for a GRPO run: JUDGE_ADAPTER). The data: the fourth round's (CAL_NEGATIVES; same sha256)
+  local shipped=judge/adapters/unifireward-qwen15-esconv-v2 pids=() rc=0
+  [ -f $shipped/adapter_model.safetensors ] || { echo "calibrate: $shipped has no weights in this tree" \
+    "(bash tools/gpu/slim.sh restore before this call)" >&2; return 1; }
+  [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl ${CAL_NEGATIVES:-\
+data_builder/data/policy_negatives_grpo_round2.jsonl data_builder/data/policy_negatives_grpo_round3.jsonl \
+data_builder/data/policy_negatives_grpo_round5.jsonl.xz data_builder/data/policy_negatives_loop_valid_misfit.jsonl.xz}" \
+    bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
+  tail -n 3 $R/build2.log
+  python3 -m reward_trainer.cli judge-eval --data $R/data2/emit/judge_sft --out $R/eval-raw --adapter $shipped \
+    --adapter reply=$shipped --no-base --verdict-temperature 1 "${EVAL[@]}" > $R/eval-raw.log 2>&1 & pids+=($!)
+  python3 -m reward_trainer.cli judge-contrast --groups $R/data2/contrast/groups.jsonl --no-base \
+    --max-items "${CONTRAST_GROUPS:-120}" --out $R/contrast-raw --adapter shipped=$shipped --verdict-temperature 1 \
+    "${EVAL[@]}" > $R/contrast-raw.log 2>&1 & pids+=($!)
+  wait "${pids[0]}" || return 1
+  rm -rf $R/shipped-cal && cp -r $shipped $R/shipped-cal
+  python3 -m reward_trainer.cli judge-calibrate --predictions $R/eval-raw/predictions.jsonl --out $R/calibration \
+    --write-adapter $R/shipped-cal > $R/calibration.log 2>&1 || { tail $R/calibration.log; return 1; }
+  touch $R/CALIBRATED  # the adapter copy is ready (a GRPO call may start against it)
+  wait "${pids[1]}" || rc=1
+  python3 -m reward_trainer.cli judge-calibrate --predictions $R/eval-raw/predictions.jsonl --out $R/calibration \
+    --contrast $R/contrast-raw/contrast.json --groups $R/data2/contrast/groups.jsonl >> $R/calibration.log 2>&1 || rc=1
+  return $rc
+}
+
 contrast_shipped() {  # the shipped judge's reward AUC on the first CONTRAST_GROUPS (120) valid contrast groups, both
   # references (the figure the 400-step judge has on 40 groups from a CPU only; docs/evaluations/judge-esconv/qwen15)
   python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --no-base \
@@ -220,11 +251,11 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
       orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
       grpo1 grpo2 adv-pn data2/counts.txt build2.log eval-adv eval-shipped contrast-adv contrast-shipped \
-      unified-adv/compeer_judge.json; do
+      unified-adv/compeer_judge.json eval-raw contrast-raw calibration shipped-cal/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
   # the two judges' per-item verdicts on the same valid items (for a paired comparison), xz-compressed
-  local p=(); for x in eval-adv eval-shipped; do [ -f $R/$x/predictions.jsonl ] && p+=("$x/predictions.jsonl"); done
+  local p=(); for x in eval-adv eval-shipped eval-raw; do [ -f $R/$x/predictions.jsonl ] && p+=("$x/predictions.jsonl"); done
   [ ${#p[@]} -gt 0 ] && tar -cJf "$OUT"/predictions.tar.xz -C $R "${p[@]}"
   if [ -d $R/"${ADAPTER:-unified}"-bf16 ]; then  # one adapter a call: ADAPTER=prm / orm for the others
     tar -cf - -C $R "${ADAPTER:-unified}"-bf16 | split -b 15M -d - "$OUT"/"${ADAPTER:-unified}"-adapter.tar.part-
@@ -250,7 +281,7 @@ prepare() {  # the base converted once (bf16), the data built once ($1 = nodata:
   tail -n 3 $R/build.log
 }
 
-case "${1:?prepare|probe|start|finish|adversarial|contrast|wait|pipeline|collect}" in
+case "${1:?prepare|probe|start|finish|adversarial|contrast|calibrate|wait|pipeline|collect}" in
 prepare)
   prepare || exit 1
   ;;
@@ -263,15 +294,16 @@ start)
   sleep 5
   wait_pipeline
   ;;
-finish|adversarial|contrast)  # prepare, then finish() / adversarial() / contrast_shipped() in the background
+finish|adversarial|contrast|calibrate)  # prepare, then finish() / adversarial() / contrast_shipped() in the background
   # (`$1-run`, log $R/$1.log); waits like `wait` (carry .gpu-judge, .gpu-loop, compeer_proto; contrast: .gpu-judge
   # alone; adversarial after tools/gpu/vllm_judge.sh stage, and `ADAPTER=unified-adv collect` brings its retrained
   # adapter)
   # an adversarial round from labelled negatives (ADV_NEGATIVES) needs only its rebuilt data (~60 s less)
-  if [ "$1" = adversarial ] && [ -n "${ADV_NEGATIVES:-}" ]; then prepare nodata || exit 1; else prepare || exit 1; fi
+  if { [ "$1" = adversarial ] && [ -n "${ADV_NEGATIVES:-}" ]; } || [ "$1" = calibrate ]; then prepare nodata || exit 1
+  else prepare || exit 1; fi
   # the generated gRPC code (carry compeer_proto) kept where the background run finds it whatever later calls carry
   [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
-  [ "$1" = contrast ] || [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf \
+  [ "$1" = contrast ] || [ "$1" = calibrate ] || [ -f /tmp/loop-data/grpo_train.jsonl ] || { mkdir -p /tmp/loop-data && tar -xJf \
     .gpu-loop/loop-data.tar.xz -C /tmp/loop-data; } || { echo "carry .gpu-loop (tools/gpu/compeer_loop.sh pack)" >&2; exit 1; }
   setsid nohup bash -c 'T0=$(date +%s); if bash tools/gpu/judge_qwen.sh '"$1"'-run; then r=ok; else r=FAILED; fi
     echo "$r after $(( $(date +%s) - T0 )) s" > '$R'/DONE' > $R/"$1".log 2>&1 < /dev/null &
@@ -286,6 +318,9 @@ adversarial-run)
   ;;
 contrast-run)
   contrast_shipped
+  ;;
+calibrate-run)
+  calibrate
   ;;
 pipeline)
   T0=$(date +%s)
