@@ -10,6 +10,7 @@ COMMANDS: dict[str, str] = {
     "judge": "reward_trainer.cli",
     "judge-eval": "reward_trainer.cli",
     "judge-contrast": "reward_trainer.cli",
+    "judge-calibrate": "reward_trainer.cli",
     "judge-ablation": "reward_trainer.cli",
     "grpo": "policy_trainer.cli",
 }

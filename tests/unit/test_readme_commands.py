@@ -185,7 +185,7 @@ def test_compeer_train_dispatches_to_the_parsers_that_define_its_subcommands() -
 
 @pytest.mark.parametrize(("line", "expected"), [
     ("| `make runn` | x |", "no target 'runn'"),
-    ("| `compeer-train judge \\| judge-eval \\| grpo` | x |", "missing ['judge-ablation', 'judge-contrast']"),
+    ("| `compeer-train judge \\| judge-eval \\| grpo` | x |", "missing ['judge-ablation', 'judge-calibrate', 'judge-contrast']"),
     ("| `compeer-eval esc \\| sage \\| serve` | x |", "unknown ['serve']"),
     ("| `compeer-rewards serve \\| score` | x |", "neither `make` nor a console script"),
 ])
