@@ -48,7 +48,7 @@ JUDGE_FILE = "judge.json"
 PROBE_MODE = {"prm": "prm", "orm": "orm"}
 #: Info fields recorded beside the identity
 SERVED_FIELDS = ("model", "revision", "adapter", "backend", "template_version", "graded", "embedding_model",
-                 "independent_rounds", "answer_prefix")
+                 "independent_rounds", "answer_prefix", "verdict_temperature")
 
 
 class JudgeControlError(RuntimeError):

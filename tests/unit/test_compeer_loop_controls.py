@@ -135,6 +135,8 @@ def test_the_driver_checks_each_judge_and_probes_it_before_the_arm_trains(
     b, c = (json.loads((root / arm / "judge.json").read_text())["judges"] for arm in "bc")
     assert [j["server"] for j in b] == ["base"] and b[0]["served"]["adapter"] is None
     assert c[0]["served"]["adapter"] == trained.adapter and c[0]["served"]["model"] == trained.model
+    # the temperature its graded rewards were tempered by is recorded too (None: the server serves no graded rewards)
+    assert all("verdict_temperature" in j["served"] for j in (*b, *c))
     assert b[0]["probe"]["ok"] == c[0]["probe"]["ok"] == 6  # 3 groups of 2 candidates
     assert (b[0]["probe"]["preference"], c[0]["probe"]["preference"]) == (-1.0, 1.0)
     assert state["arms"]["b"]["judge"] == [{"server": "base", "model": bare.model,
