@@ -166,8 +166,7 @@ class Judge:
         its sampling (temperature, top_p, seed, max_tokens, the verdict regex with the rationale bound, the line bound,
         the logprobs asked for graded rewards), the retry policy, and the verdict temperature when it is not 1 (the
         recorded probabilities are tempered; an uncalibrated judge keeps its keys). The judge's own answers need no
-        place in it:
-        they follow from the rest. The mode is not in it either: two modes that send the same rounds get the same
+        place in it: they follow from the rest. The mode is not in it either: two modes that send the same rounds get the same
         judgment (the rewards are computed from it afterwards)."""
         rounds = [{"user": plan.user, "components": list(plan.components),
                    "params": {**sampling_fields(params), "logprobs": params.logprobs}}
@@ -175,9 +174,9 @@ class Judge:
         if not rounds:
             return None
         policy = retry_policy(self.settings)
-        spec: dict[str, Any] = {"engine": self.engine.identity(), "template": self.template.version,
-                "system": self.template.system, "rounds": rounds,
-                "retry": {"max_retries": policy.max_retries, "retry_temperature": policy.retry_temperature}}
+        spec: dict[str, Any] = {
+            "engine": self.engine.identity(), "template": self.template.version, "system": self.template.system,
+            "rounds": rounds, "retry": {"max_retries": policy.max_retries, "retry_temperature": policy.retry_temperature}}
         if self.graded and not self.temperature.identity:  # the probabilities recorded are tempered
             spec["verdict_temperature"] = [self.temperature.step, self.temperature.preference]
         return content_key(spec)

@@ -113,6 +113,9 @@ def rescore_contrast(contrast: Mapping[str, Any], groups: Sequence[Mapping[str, 
     """Per judge and reference, :func:`reward_trainer.contrast.summarise` of the discrete, the graded and the
     tempered graded totals, recomputed from the run's ``judgments`` (its groups: ``groups`` in file order)."""
     _check_raw(contrast.get("meta", {}).get("settings"), "the contrast run")
+    if "judgments" not in contrast:
+        raise ValueError("the contrast run kept no judgments (a contrast.json written before 2026-11-30): run "
+                         "judge-contrast again")
     groups = list(groups)[: contrast["meta"]["n_groups"]]
     out: dict[str, Any] = {}
     for label, by_ref in contrast["judgments"].items():

@@ -4,7 +4,7 @@ Rows per variant: the trained judge (base + its adapter), the untrained base jud
 the majority class (per component, taken from the train split). Output: ``OUT/metrics.json`` (per variant the
 keys of :data:`reward_trainer.metrics.METRIC_KEYS`, ``judge``, ``adapter`` and ``baselines``), ``OUT/report.md``,
 ``OUT/confusion_<variant>_<judge>.png`` and ``OUT/predictions.jsonl`` (item keys, gold labels, verdicts and, from a
-graded judge, the label probabilities; no text: ``reward_trainer calibrate`` fits verdict temperatures on them).
+graded judge, the label probabilities; no text: ``compeer-train judge-calibrate`` fits verdict temperatures on them).
 """
 
 from __future__ import annotations
@@ -184,9 +184,10 @@ async def evaluate(options: EvalOptions) -> dict[str, Any]:
             for v, plist in by_variant.items():
                 gold = {it.key: it.gold for it in data[v].items}
                 for p in plist:
-                    row: dict[str, Any] = {"judge": judge, "variant": v, "key": p.key, "error": p.error, "generations": p.generations,
-                           "verdicts": {c: label_str(x) for c, x in p.verdicts.items()},
-                           "gold": {c: label_str(x) for c, x in gold[p.key].items()}}
+                    row: dict[str, Any] = {
+                        "judge": judge, "variant": v, "key": p.key, "error": p.error, "generations": p.generations,
+                        "verdicts": {c: label_str(x) for c, x in p.verdicts.items()},
+                        "gold": {c: label_str(x) for c, x in gold[p.key].items()}}
                     if p.probs:
                         row["probs"] = p.probs
                     fh.write(json.dumps(row) + "\n")

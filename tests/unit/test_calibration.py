@@ -183,5 +183,7 @@ def test_rescoring_a_contrast_run_under_a_temperature() -> None:
     assert out["graded"]["generic"]["within_group"]["win"] == 1.0  # the raw tie-break, by 3e-3
     assert out[TEMPERED]["generic"]["within_group"]["win"] == 1.0
     assert out[TEMPERED]["positive_mean_total"] - out[TEMPERED]["generic"]["negative_mean_total"] > 0.3
+    with pytest.raises(ValueError, match="kept no judgments"):
+        rescore_contrast({"meta": contrast["meta"]}, groups, VerdictTemperature())
     with pytest.raises(ValueError, match="2 groups"):
         rescore_contrast({**contrast, "judgments": {"shipped": {"gold": [{}, {}]}}}, groups, VerdictTemperature())
