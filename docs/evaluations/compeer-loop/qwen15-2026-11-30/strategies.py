@@ -1,13 +1,13 @@
 """What the trained judge pays for, per named strategy, and how GRPO moved the named strategies (issue 26's run of
 2026-11-30; numbers quoted in report.md's written notes).
 
-    python docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.py > docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.txt
+    .venv/bin/python docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.py > docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.txt
 
 Reads ``inputs/results.tar.xz`` (seed 0's evaluation records and training completions). Part 1: for each policy's
 format-valid, judged replies, grouped by the strategy the reply names and whether that is the round's annotated
 strategy, the trained judge's preference reward against the real supporter reply (+1 the candidate better, -1 the real
 reply better), its mean step reward and the reply's length in words. Part 2: the strategy each GRPO training
-completion names (the first ESConv strategy name in its ``<strategy>`` part), per quarter of the 60 steps. Part 3: the
+completion names (:func:`named`: the project's rule), per quarter of the 60 steps. Part 3: the
 independent scorer's win share against the real reply by the reply's length relative to the real reply's (words):
 shorter than 0.67x, within 0.67-1.5x ("matched"), longer than 1.5x.
 """
@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import statistics
 import tarfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from cer.reasoning import parse
+from cer.taxonomy import load_taxonomy, named_strategy
+
 HERE = Path(__file__).resolve().parent
-NAMES = ("Question", "Restatement or Paraphrasing", "Reflection of Feelings", "Self-disclosure",
-         "Affirmation and Reassurance", "Providing Suggestions", "Information", "Others")
+TAXONOMY = load_taxonomy()
 
 
 def read(tar: tarfile.TarFile, name: str) -> list[dict]:
@@ -34,10 +35,10 @@ def read(tar: tarfile.TarFile, name: str) -> list[dict]:
 
 
 def named(text: str) -> str:
-    m = re.search(r"<strategy>(.*?)(</strategy>|$)", text, re.DOTALL)
-    part = m.group(1) if m else ""
-    hits = [(part.find(n), n) for n in NAMES if n in part]
-    return min(hits)[1] if hits else "none"
+    """The strategy a completion names, by the project's one rule (as the loop's evaluation records it:
+    :func:`cer.taxonomy.named_strategy` on the parsed ``<strategy>`` part); ``none`` when it names none."""
+    part = parse(text).parts["strategy"]
+    return (named_strategy(part, TAXONOMY) if part else None) or "none"
 
 
 def main() -> None:
