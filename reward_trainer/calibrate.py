@@ -155,7 +155,7 @@ def write_adapter(adapter_dir: Path, result: Mapping[str, Any], source: str) -> 
         "preference": round(kinds[Kind.PREFERENCE.value]["temperature"], 4),
         "fitted_on": source, "folds": result["folds"],
         "items": {k: v["n"] for k, v in kinds.items()},
-        "nll": {k: {"raw": v["raw"]["nll"], "cross_fitted": v["cross_fitted"]["nll"]} for k, v in kinds.items()}}
+        "nll": {k: {"raw": v["raw"]["nll"], "cross_fitted": v["cross_fitted"].get("nll")} for k, v in kinds.items()}}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
@@ -174,6 +174,8 @@ def calibrate(predictions: Path, judge: str = "trained", variant: str = "unified
 
 
 def _m(m: Mapping[str, Any]) -> str:
+    if not m.get("n"):  # e.g. cross-fitted on too few dialogues for every fold to have items
+        return "n/a | n/a | n/a"
     return f"{m['nll']:.3f} | {m['brier']:.3f} | {m['ece']:.3f}"
 
 

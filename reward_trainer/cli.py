@@ -262,7 +262,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.write_adapter is not None:
         write_adapter(Path(args.write_adapter), result, args.predictions)
     print(json.dumps({"out": args.out, "temperature": {k: v["temperature"] for k, v in kinds.items()},
-                      "nll": {k: {"raw": v["raw"]["nll"], "cross_fitted": v["cross_fitted"]["nll"]}
+                      "nll": {k: {"raw": v["raw"]["nll"], "cross_fitted": v["cross_fitted"].get("nll")}
                               for k, v in kinds.items()}}))
     return 0
 

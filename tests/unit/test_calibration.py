@@ -158,6 +158,13 @@ def test_calibrate_cross_fits_by_dialogue_and_writes_the_adapter(tmp_path: Path,
     assert written is not None and written.step == pytest.approx(step["temperature"], rel=1e-3)
     assert json.loads((adapter / "compeer_judge.json").read_text())["variant"] == "unified"  # the rest is kept
     assert "| step | 160 (40) |" in (tmp_path / "cal" / "calibration.md").read_text()
+    # one dialogue: a fold without items is not cross-fitted (n/a), never a crash
+    one = tmp_path / "one" / "predictions.jsonl"
+    _predictions(one.parent)
+    rows = [json.loads(ln) for ln in one.read_text().splitlines()]
+    one.write_text("".join(json.dumps({**r, "key": f"esconv-0:{n}"}) + "\n" for n, r in enumerate(rows)))
+    assert train_main(["judge-calibrate", "--predictions", str(one), "--out", str(tmp_path / "c1")]) == 0
+    assert "n/a | n/a | n/a" in (tmp_path / "c1" / "calibration.md").read_text()
     # probabilities that were already tempered cannot be fitted on: a clear error, exit 2
     assert train_main(["judge-calibrate", "--predictions", str(_predictions(tmp_path / "t", None)),
                        "--out", str(tmp_path / "x")]) == 2
