@@ -63,7 +63,10 @@ class VerdictTemperature:
 
 def temper(dist: Mapping[str, float], t: float) -> dict[str, float]:
     """``dist`` with its log-probabilities divided by ``t`` and renormalised; a label of probability 0 stays 0, and
-    the order of the labels never changes."""
+    the order of the labels never changes. ``t`` 1 returns the probabilities as they are (no float round trip on the
+    judge's hot path)."""
+    if t == 1.0:
+        return dict(dist)
     logs = {k: (math.log(p) / t if p > 0 else -math.inf) for k, p in dist.items()}
     top = max(logs.values())
     if top == -math.inf:

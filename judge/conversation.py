@@ -166,8 +166,8 @@ class Judge:
         its sampling (temperature, top_p, seed, max_tokens, the verdict regex with the rationale bound, the line bound,
         the logprobs asked for graded rewards), the retry policy, and the verdict temperature when it is not 1 (the
         recorded probabilities are tempered; an uncalibrated judge keeps its keys). The judge's own answers need no
-        place in it: they follow from the rest. The mode is not in it either: two modes that send the same rounds get the same
-        judgment (the rewards are computed from it afterwards)."""
+        place in it: they follow from the rest. The mode is not in it either: two modes that send the same rounds get
+        the same judgment (the rewards are computed from it afterwards)."""
         rounds = [{"user": plan.user, "components": list(plan.components),
                    "params": {**sampling_fields(params), "logprobs": params.logprobs}}
                   for plan, params in self._rounds(history, reference, parsed, mode)]
@@ -176,7 +176,8 @@ class Judge:
         policy = retry_policy(self.settings)
         spec: dict[str, Any] = {
             "engine": self.engine.identity(), "template": self.template.version, "system": self.template.system,
-            "rounds": rounds, "retry": {"max_retries": policy.max_retries, "retry_temperature": policy.retry_temperature}}
+            "rounds": rounds,
+            "retry": {"max_retries": policy.max_retries, "retry_temperature": policy.retry_temperature}}
         if self.graded and not self.temperature.identity:  # the probabilities recorded are tempered
             spec["verdict_temperature"] = [self.temperature.step, self.temperature.preference]
         return content_key(spec)

@@ -58,8 +58,10 @@ def samples_from_predictions(path: Path, judge: str = "trained",
     """The calibration samples of one judge and variant in a ``predictions.jsonl``, by verdict kind, and the number
     of judged components without probabilities (left out, counted)."""
     meta = path.parent / "metrics.json"
-    _check_raw(json.loads(meta.read_text(encoding="utf-8")).get("meta", {}).get("settings")
-               if meta.is_file() else None, str(meta))
+    if not meta.is_file():
+        raise ValueError(f"{meta}: not found (the judge-eval run's metrics.json says which verdict temperature its "
+                         "probabilities were recorded under)")
+    _check_raw(json.loads(meta.read_text(encoding="utf-8")).get("meta", {}).get("settings"), str(meta))
     out: dict[Kind, list[Sample]] = {k: [] for k in Kind}
     missing = 0
     for row in read_jsonl(path):
@@ -182,8 +184,8 @@ def _m(m: Mapping[str, Any]) -> str:
 def render_markdown(result: Mapping[str, Any], contrast: Mapping[str, Any] | None = None) -> str:
     """The calibration table and, with ``contrast``, the AUC table under the fitted temperatures."""
     lines = ["# Verdict temperature", "",
-             (f"`{result['predictions']}` ({result['judge']}, {result['variant']}); {result['folds']}-fold cross-fit by "
-             f"dialogue; {result['missing_probabilities']} judged components without probabilities left out."), "",
+             (f"`{result['predictions']}` ({result['judge']}, {result['variant']}); {result['folds']}-fold cross-fit "
+              f"by dialogue; {result['missing_probabilities']} judged components without probabilities left out."), "",
              ("| kind | items (dialogues) | T (folds) | accuracy | raw NLL / Brier / ECE | cross-fitted NLL / Brier / "
              "ECE | in-sample NLL / Brier / ECE |"), "|---|---|---|---|---|---|---|"]
     for k, v in result["kinds"].items():

@@ -39,7 +39,7 @@ compeer_proto = pytest.importorskip("compeer_proto.reward.v1.reward_pb2")
 
 def test_temper_keeps_the_order_and_spreads_the_probabilities() -> None:
     d = {"True": 1 - 1e-6, "False": 1e-6}
-    assert temper(d, 1.0) == pytest.approx(d)
+    assert temper(d, 1.0) == d  # exactly: T 1 leaves the engine's probabilities untouched
     hot = temper(d, 10.0)
     assert hot["True"] > hot["False"] > 1e-3 and sum(hot.values()) == pytest.approx(1.0)
     # log-odds divided by T: 13.8 / 10 = 1.38
@@ -169,6 +169,10 @@ def test_calibrate_cross_fits_by_dialogue_and_writes_the_adapter(tmp_path: Path,
     assert train_main(["judge-calibrate", "--predictions", str(_predictions(tmp_path / "t", None)),
                        "--out", str(tmp_path / "x")]) == 2
     assert "re-run it with --verdict-temperature 1" in capsys.readouterr().err
+    (tmp_path / "t" / "metrics.json").unlink()  # which temperature it was made with is unknown: refused too
+    assert train_main(["judge-calibrate", "--predictions", str(tmp_path / "t" / "predictions.jsonl"),
+                       "--out", str(tmp_path / "x")]) == 2
+    assert "metrics.json: not found" in capsys.readouterr().err
 
 
 def test_rescoring_a_contrast_run_under_a_temperature() -> None:
