@@ -818,6 +818,25 @@ def test_seed_replicates_train_side_by_side_on_their_own_arm_cards(
         replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
 
 
+def test_two_cards_can_train_a_second_seed_beside_the_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a two-card machine `--cards 0 1 0` names card 0 (the judges' and evaluations' card) as an arm card too: the
+    first folder trains on card 1, the second beside the judges on card 0, side by side; the second folder's own
+    `max_concurrent_arms` 1 (SEED_ARGS_K in tools/gpu/compeer_loop.sh) keeps its arms one at a time there."""
+    from dataclasses import replace
+
+    from compeer_loop import replicates, runner
+
+    roots, plans, _, _ = _replicate_folders(tmp_path, monkeypatch, cards=["0", "1", "0"], generation="vllm",
+                                            max_concurrent_arms=2)
+    plans[1] = replace(plans[1], max_concurrent_arms=1)
+    states = replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
+    assert [st["placement"]["arm_cards"] for st in states] == [["1"], ["0"]]
+    calls = _calls(tmp_path)
+    assert {k: c["card"] for k, c in calls.items()} == {"seed0/b": "1", "seed0/c": "1", "seed1/b": "0", "seed1/c": "0"}
+    assert not any(b.startswith("seed1/") for b in calls["seed1/b"]["beside"] + calls["seed1/c"]["beside"])
+    assert any(b.startswith("seed1/") for k, c in calls.items() if k.startswith("seed0/") for b in c["beside"])
+
+
 def test_the_gpu_script_packs_every_seed_folder_of_a_seeds_run(tmp_path: Path) -> None:
     """`compeer_loop.sh` with SEEDS keeps one loop folder per seed ($L/seedK, listed in roots.txt): `wait` reports
     every folder's status and packs each folder's results under seedK/ in the one results.tar.xz."""

@@ -23,6 +23,11 @@
 #                                                  the next one's training), side by side with several arm cards (one
 #                                                  each; --cards in LOOP_ARGS); wait/resume/stop and $OUT cover every folder
 #                                                  (seedK/ in results.tar.xz); export/import move one folder (no SEEDS)
+#            SEED_ARGS_K='...' on start (with SEEDS): plan arguments for seed K's folder only, after LOOP_ARGS (what
+#                                                  seed replicates may differ in: --max-concurrent-arms, --cards,
+#                                                  --eval-policies ...; e.g. on 2 cards `--cards 0 1 0` trains the
+#                                                  second seed beside the judges on card 0, one arm at a time there:
+#                                                  SEED_ARGS_2='--max-concurrent-arms 1')
 #   wait     (no carry)                            waits until CALL_BUDGET_S (default 540) s into the call, prints
 #                                                  the status, packs what is finished to $OUT
 #   resume   (no carry)                            starts the driver again if it is not running (a killed driver or
@@ -268,7 +273,8 @@ start)
     for k in $SEEDS; do
       mkdir -p $L/seed$k && echo $L/seed$k >> $L/roots.txt
       extra=(); [ $first = 1 ] || extra=(--eval-policies ${ARMS:-a b c d e f})
-      $LOOP plan --root $L/seed$k "${ARGS[@]}" ${LOOP_ARGS:-} --seed "$k" "${extra[@]}" > $L/seed$k/plan.out \
+      per=SEED_ARGS_$k
+      $LOOP plan --root $L/seed$k "${ARGS[@]}" ${LOOP_ARGS:-} --seed "$k" "${extra[@]}" ${!per:-} > $L/seed$k/plan.out \
         || { cat $L/seed$k/plan.out; exit 1; }
       first=0
     done
