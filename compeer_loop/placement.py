@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -76,6 +77,35 @@ def still_starting(card: str | None, arms: Iterable[tuple[str | None, float, boo
     """Whether one of ``arms`` (its card, start time, whether it has logged a step) on ``card`` is still starting: no
     step logged, started less than :data:`START_GAP_S` before ``now``."""
     return any(c == card and not stepped and now - started < START_GAP_S for c, started, stepped in arms)
+
+
+class SpareCards:
+    """Arm cards whose lanes of seed replicates have all finished (:mod:`compeer_loop.replicates`): another lane's
+    driver, its own card full, may start one waiting arm on each (2026-12-01: a second seed's arms queued one at a
+    time beside the judges while the first seed's card sat idle for 8 minutes). Shared by the lanes' threads."""
+
+    def __init__(self, lane_cards: Iterable[str]) -> None:
+        self._lock = threading.Lock()
+        self._lanes = Counter(lane_cards)  # unfinished lanes per card
+        self._free: list[str] = []
+
+    def lane_done(self, card: str) -> None:
+        """A lane on ``card`` has finished; once every lane there has, the card may take other lanes' arms."""
+        with self._lock:
+            self._lanes[card] -= 1
+            if self._lanes[card] <= 0 and card not in self._free:
+                self._free.append(card)
+
+    def take(self) -> str | None:
+        """A spare card for one arm (not spare again until :meth:`give_back`), or None."""
+        with self._lock:
+            return self._free.pop(0) if self._free else None
+
+    def give_back(self, card: str) -> None:
+        """The arm started on ``card`` by :meth:`take` has stopped."""
+        with self._lock:
+            if card not in self._free:
+                self._free.append(card)
 
 
 def card_env(card: str | None) -> dict[str, str]:

@@ -4,8 +4,9 @@ train (``compeer-loop run --root R0 --root R1 ...``; ``tools/gpu/compeer_loop.sh
 
 On a machine with one arm card (or one card) the folders train one after the other. With several arm cards (a
 four-GPU machine: the judges on the first card, three arm cards) the folders train side by side, each on an arm card
-of its own (folder k on arm card k modulo their number; a card's folders in turn), in one thread each; every
-evaluation stays on the judges' card."""
+of its own (folder k on arm card k modulo their number; a card's folders in turn), in one thread each; once every
+lane of a card has finished, that card takes the other lanes' waiting arms, one at a time
+(:class:`compeer_loop.placement.SpareCards`). Every evaluation stays on the judges' card."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from compeer_loop.placement import SpareCards
 from compeer_loop.procs import stop_servers
 from compeer_loop.runner import DONE_FILE, Driver
 
@@ -42,6 +44,10 @@ def run_replicates(drivers: list[Driver], evaluate: bool = True) -> list[dict[st
     for d in drivers:
         d.save()
     errors: list[BaseException] = []
+    plan = lanes(drivers)
+    spare = SpareCards(lane[0].placement.arm_cards[0] for lane in plan) if len(plan) > 1 else None
+    for d in drivers:
+        d.spare = spare
 
     def train(lane: list[Driver]) -> None:
         try:
@@ -49,10 +55,12 @@ def run_replicates(drivers: list[Driver], evaluate: bool = True) -> list[dict[st
                 d.run_arms()
                 if evaluate and "trained" in needed:
                     d.start_evals()  # the policies that finished in the last poll: evaluated while the next trains
+            if spare is not None:  # this lane's card may now take the other lanes' waiting arms
+                spare.lane_done(lane[0].placement.arm_cards[0])
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the driver's thread once every lane has stopped
             errors.append(exc)
 
-    threads = [threading.Thread(target=train, args=(lane,), name=f"lane-{k}") for k, lane in enumerate(lanes(drivers))]
+    threads = [threading.Thread(target=train, args=(lane,), name=f"lane-{k}") for k, lane in enumerate(plan)]
     for th in threads:
         th.start()
     for th in threads:

@@ -29,6 +29,7 @@ from typing import Any
 
 from compeer_loop.controls import JudgeControlError, read_judge_record, verify_arm
 from compeer_loop.placement import (
+    SpareCards,
     card_env,
     default_concurrency,
     detect_cards,
@@ -113,6 +114,8 @@ class Driver:
         self.state["machine"], self.state["placement"] = machine_info(), self.placement.to_json()
         self.probes: dict[str, dict[str, Any]] = {}  # each judge server's probe, taken once per driver
         self.cards: dict[str, str | None] = {}  # the card of each arm started or adopted
+        self.spare: SpareCards | None = None  # seed replicates: cards other lanes have finished with
+        self.spilled: dict[str, str] = {}  # arms running on a spare card (not counted in max_concurrent_arms)
         self.evaluate = True
         self.eval_jobs: dict[str, Job] = {}
         self.failed_evals: set[str] = set()
@@ -217,19 +220,39 @@ class Driver:
                 for n, job in jobs.items() if ARM_BY_NAME[n].grpo]
         return still_starting(pick_card(self.placement, (self.cards.get(n) for n in jobs)), arms, time.time())
 
-    def _start(self, arm: Arm, running: set[str]) -> Job | None:
+    def _start(self, arm: Arm, running: set[str], spare: str | None = None) -> Job | None:
         """Check a GRPO arm's judges (None, the arm marked failed, when one is not what the plan says), then launch
-        it on the arm card with the fewest of ``running``."""
+        it on the ``spare`` card when one is given, else on the arm card with the fewest of ``running``."""
+        if spare is not None:
+            self.spilled[arm.name] = spare
         if arm.grpo:
             try:
                 verify_arm(arm, self.s, self.servers, self.root / arm.name, self.probes)
             except JudgeControlError as exc:
                 log.error("arm %s not trained: %s", arm.name, exc)
                 self.state["arms"][arm.name] = {**self.arm_status(arm), "status": f"failed: {exc}"}
+                self._stopped(arm.name)
                 return None
-        card = pick_card(self.placement, (self.cards.get(n) for n in running))
+        card = spare if spare is not None else pick_card(self.placement, (self.cards.get(n) for n in running))
         self.cards[arm.name] = card
+        if spare is not None:
+            log.info("arm %s starts on card %s, which another lane has finished with", arm.name, spare)
         return self._launch_arm(arm, card)
+
+    def _next_card(self, jobs: dict[str, Job], limit: int) -> tuple[bool, str | None]:
+        """Whether the next waiting arm may start now, and the spare card it goes to (None: this folder's own cards):
+        on its own cards while fewer than ``limit`` of its arms run there and none there is starting, else on a spare
+        card if one is free (nothing else runs there)."""
+        if len(jobs) - len(self.spilled) < limit:
+            return not self._card_starting(jobs), None
+        card = self.spare.take() if self.spare is not None else None
+        return card is not None, card
+
+    def _stopped(self, name: str) -> None:
+        """Arm ``name`` has stopped: the spare card it ran on is free again."""
+        card = self.spilled.pop(name, None)
+        if card is not None and self.spare is not None:
+            self.spare.give_back(card)
 
     def run_arms(self) -> None:
         arms = [ARM_BY_NAME[n] for n in self.s.arms]
@@ -276,13 +299,16 @@ class Driver:
                 pending.append(arm)
         full = limit = self.s.max_concurrent_arms or default_concurrency(self.placement)
         while jobs or pending:
-            while pending and len(jobs) < limit and not self._card_starting(jobs):
+            while pending:
+                may, spare = self._next_card(jobs, limit)
+                if not may:
+                    break
                 arm = pending.pop(0)
-                job = self._start(arm, set(jobs))
+                job = self._start(arm, set(jobs), spare)
                 if job is not None:
                     jobs[arm.name] = job
             for arm in pending:
-                why = ("an arm on its card is starting" if len(jobs) < limit else
+                why = ("an arm on its card is starting" if len(jobs) - len(self.spilled) < limit else
                        "max_concurrent_arms" if limit == full else "one arm per card after an OOM")
                 self.state["arms"][arm.name] = {**self.arm_status(arm), "status": f"waiting ({why})"}
             time.sleep(POLL_S)
@@ -297,6 +323,7 @@ class Driver:
                     self.state["arms"][name] = {**status, "status": "running", "pid": job.pid}
                     continue
                 del jobs[name]
+                self._stopped(name)
                 if status["done"]:
                     self.state["arms"][name] = {**status, "status": "done", "seconds": time.time() - job.started}
                     continue

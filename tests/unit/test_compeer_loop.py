@@ -837,6 +837,33 @@ def test_two_cards_can_train_a_second_seed_beside_the_judges(tmp_path: Path, mon
     assert any(b.startswith("seed1/") for k, c in calls.items() if k.startswith("seed0/") for b in c["beside"])
 
 
+def test_a_card_whose_lane_has_finished_takes_another_lanes_waiting_arm(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the lane of card 1 has nothing left to train, the lane of card 0 (one arm at a time there) starts its
+    waiting arm on card 1 instead of queueing it; a card with an unfinished lane is never lent."""
+    from dataclasses import replace
+
+    from compeer_loop import replicates, runner
+    from compeer_loop.placement import SpareCards
+
+    roots, plans, _, _ = _replicate_folders(tmp_path, monkeypatch, cards=["0", "1", "0"], generation="vllm",
+                                            max_concurrent_arms=1)
+    plans[0] = replace(plans[0], arms=["a"])
+    states = replicates.run_replicates([runner.Driver(r, s) for r, s in zip(roots, plans)], evaluate=False)
+    assert [{k: v["status"] for k, v in st["arms"].items()} for st in states] == [
+        {"a": "done"}, {"a": "done", "b": "done", "c": "done"}]
+    calls = _calls(tmp_path)
+    assert {k: c["card"] for k, c in calls.items()} == {"seed1/b": "0", "seed1/c": "1"}
+    assert calls["seed1/b"]["beside"] == ["seed1/c"] or calls["seed1/c"]["beside"] == ["seed1/b"]
+    spare = SpareCards(["1", "1", "0"])
+    spare.lane_done("1")
+    assert spare.take() is None  # card 1's other lane still trains
+    spare.lane_done("1")
+    assert spare.take() == "1" and spare.take() is None
+    spare.give_back("1")
+    assert spare.take() == "1"
+
+
 def test_the_gpu_script_packs_every_seed_folder_of_a_seeds_run(tmp_path: Path) -> None:
     """`compeer_loop.sh` with SEEDS keeps one loop folder per seed ($L/seedK, listed in roots.txt): `wait` reports
     every folder's status and packs each folder's results under seedK/ in the one results.tar.xz."""
