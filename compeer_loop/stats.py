@@ -2,7 +2,8 @@
 
 Each figure is a function of the per-prompt records; a bootstrap replicate resamples the prompts with replacement
 (seeded) and recomputes the figure on the resample, so corpus-level figures (BLEU-2, distinct-n) get intervals
-the same way as per-prompt means. Distinct-n is biased under resampling with replacement (a resample repeats
+the same way as per-prompt means; with several seeds pooled, a corpus-level figure is the mean of each seed's
+(:func:`per_seed`), so a policy evaluated under three seeds compares with one evaluated under two. Distinct-n is biased under resampling with replacement (a resample repeats
 replies, so fewer of its n-grams are distinct: on 30 replies the resampled values sat some 15 points below the
 figure); its percentile interval is shifted by the bootstrap's bias (the figure minus the mean of the resampled
 values), so it keeps the resampling spread around the figure itself. The most frequent reply's share is biased the
@@ -125,15 +126,29 @@ def _independent_first(rs: Sequence[Record]) -> float | None:
                   if r.get("independent_status") == "ok" and r.get("independent_first_position") is not None])
 
 
+def per_seed(figure: Figure) -> Figure:
+    """A corpus-level figure (its value depends on how many replies the corpus holds: distinct-n falls as replies are
+    added) made comparable between policies evaluated under different numbers of seeds: on records of several seeds
+    (``r["seed"]``), the mean of the figure on each seed's records; on one seed's, the figure itself."""
+    def figure_per_seed(rs: Sequence[Record]) -> float | None:
+        groups: dict[Any, list[Record]] = {}
+        for r in rs:
+            groups.setdefault(r.get("seed"), []).append(r)
+        if len(groups) < 2:
+            return figure(rs)
+        return _mean([v for v in (figure(g) for g in groups.values()) if v is not None])
+    return figure_per_seed
+
+
 FIGURES: dict[str, Figure] = {
     "strategy_accuracy": lambda rs: strategy_accuracy([r.get("strategy") for r in rs],
                                                       [r.get("gold_strategy") for r in rs]),
-    "bleu_2": lambda rs: bleu2([r["text"] for r in rs], [r["reference"] for r in rs]),
+    "bleu_2": per_seed(lambda rs: bleu2([r["text"] for r in rs], [r["reference"] for r in rs])),
     "rouge_l": lambda rs: _mean([float(r["rouge_l"]) for r in rs]),
-    "distinct_1": lambda rs: distinct_n([r["text"] for r in rs], 1),
-    "distinct_2": lambda rs: distinct_n([r["text"] for r in rs], 2),
-    "distinct_1_first": lambda rs: distinct_n([_first(r) for r in rs], 1),
-    "distinct_2_first": lambda rs: distinct_n([_first(r) for r in rs], 2),
+    "distinct_1": per_seed(lambda rs: distinct_n([r["text"] for r in rs], 1)),
+    "distinct_2": per_seed(lambda rs: distinct_n([r["text"] for r in rs], 2)),
+    "distinct_1_first": per_seed(lambda rs: distinct_n([_first(r) for r in rs], 1)),
+    "distinct_2_first": per_seed(lambda rs: distinct_n([_first(r) for r in rs], 2)),
     "majority_baseline": majority_baseline,
     "strategy_kappa": strategy_kappa,
     "degenerate": lambda rs: _mean([100.0 * is_degenerate(r.get("reply_mark")) for r in rs]),
@@ -141,7 +156,7 @@ FIGURES: dict[str, Figure] = {
     # the real supporters wrote would be counted at ("I see." is short with no content); beside "degenerate" as the
     # majority baseline is beside strategy accuracy
     "reference_degenerate": lambda rs: _mean([100.0 * is_degenerate(r.get("reference_mark")) for r in rs]),
-    "top_reply_share": lambda rs: top_reply_share([r["text"] for r in rs])[0],
+    "top_reply_share": per_seed(lambda rs: top_reply_share([r["text"] for r in rs])[0]),
     "format_ok": format_ok,
     "mean_length": lambda rs: _mean([float(r["length"]) for r in rs]),
     "reward_total": lambda rs: _judged(rs, "reward_total"),

@@ -62,7 +62,8 @@ def test_two_seeds_pool_prompt_x_seed_pairs_and_the_goal_needs_every_seed(tmp_pa
     assert ("Policy SmolLM2-135M-Instruct + LoRA (profile `gpu-paper`), seeds 0, 1 (a loop folder each), 30 GRPO "
             "steps per arm from each seed's own SFT warm-up") in report
     assert "compeer-loop report --root ROOT0 --root ROOT1 --out" in report
-    assert "(200 resamples). BLEU-2 and distinct-n are corpus figures over all of a policy's replies" in report
+    assert ("(200 resamples). BLEU-2, distinct-n and the most frequent reply's share are corpus figures: with several "
+            "seeds, the mean of each seed's figure") in report
 
 
 def test_several_seeds_show_how_each_seed_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,3 +152,21 @@ def test_the_settings_line_names_the_plans_policy_model() -> None:
     qwen = LoopSettings(policy_model="qwen2.5-coder-1.5b")
     assert (policy_name(qwen), policy_name(qwen, short=True)) == ("Qwen2.5-Coder-1.5B-Instruct", "Qwen2.5-Coder-1.5B")
     assert policy_name(LoopSettings(policy_model="/models/my-policy"), short=True) == "/models/my-policy"
+
+
+def test_corpus_figures_average_the_seeds_so_more_seeds_do_not_lower_distinct_n() -> None:
+    """Distinct-n of a corpus falls as replies are added: pooling a policy's replies over three seeds would rank it
+    below one evaluated under two for that alone. With several seeds a corpus figure is the mean of each seed's; one
+    seed's records give the figure itself."""
+    from compeer_loop.stats import FIGURES
+
+    def records(seed: int) -> list[dict[str, Any]]:
+        return [{"text": f"reply {k} of one seed", "reference": "a real reply", "seed": seed} for k in range(4)]
+
+    one = FIGURES["distinct_2"](records(0))
+    assert one is not None and one > 0
+    three = records(0) + records(1) + records(2)  # the same four replies under each seed
+    assert FIGURES["distinct_2"](three) == pytest.approx(one)
+    assert FIGURES["top_reply_share"](three) == pytest.approx(FIGURES["top_reply_share"](records(0)))
+    from evaluator.metrics import distinct_n
+    assert distinct_n([r["text"] for r in three], 2) < one  # what pooling the replies would have reported

@@ -5,8 +5,8 @@ round").
     PYTHONPATH=. python docs/evaluations/compeer-loop/qwen15-2026-11-30/within_group.py ../shared/data/esconv/train.json \
         > docs/evaluations/compeer-loop/qwen15-2026-11-30/within_group.txt
 
-Reads the training completions (every completion with its group and reward as GRPO saw them): arms b and c of seeds 0
-and 1 in ``inputs/results.tar.xz``, and the five runs of ``docs/runs/grpo-gpu-2026-11-30-h200-qwen15-policy*/``
+Reads the training completions (every completion with its group and reward as GRPO saw them): arms b and c of seeds 0,
+1 and 2 in ``inputs/results.tar.xz`` (60 steps each), and the five runs of ``docs/runs/grpo-gpu-2026-11-30-h200-qwen15-policy*/``
 (against the shipped judge, seeds 0-2, and against the round-3 and round-4 judges). A completion *fits* when the
 strategy its ``<strategy>`` part names is of the support stage (``silver.yaml`` ``strategy_stage``) of the strategy
 annotated at its round, and is a *misfit* when of another stage (``Others`` and unparsed completions are neither). Per
@@ -45,7 +45,7 @@ KEYS = ("total", "graded_total", "reward")
 def runs() -> Iterable[tuple[str, str, list[dict]]]:
     """(name, the judge it trained against, completions) of every run."""
     with tarfile.open(HERE / "inputs" / "results.tar.xz") as tar:
-        for seed, arm in itertools.product((0, 1), ("b", "c")):
+        for seed, arm in itertools.product((0, 1, 2), ("b", "c")):
             member = tar.extractfile(f"seed{seed}/{arm}/completions.jsonl")
             assert member is not None
             lines = [json.loads(x) for x in io.TextIOWrapper(member, encoding="utf-8") if x.strip()]
