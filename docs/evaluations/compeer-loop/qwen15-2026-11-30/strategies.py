@@ -3,7 +3,8 @@
 
     .venv/bin/python docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.py > docs/evaluations/compeer-loop/qwen15-2026-11-30/strategies.txt
 
-Reads ``inputs/results.tar.xz`` (seed 0's evaluation records and training completions). Part 1: for each policy's
+Reads ``inputs/results.tar.xz`` (parts 1 and 3: seed 0's evaluation records; part 2: every seed's training
+completions). Part 1: for each policy's
 format-valid, judged replies, grouped by the strategy the reply names and whether that is the round's annotated
 strategy, the trained judge's preference reward against the real supporter reply (+1 the candidate better, -1 the real
 reply better), its mean step reward and the reply's length in words. Part 2: the strategy each GRPO training
@@ -58,14 +59,15 @@ def main() -> None:
                       f"{statistics.mean(r.get('reward_steps_mean') or 0.0 for r in rs):.2f} | "
                       f"{statistics.mean(len(r['text'].split()) for r in rs):.1f}")
         print()
-        for arm in ("b", "c"):
-            by: dict[int, Counter] = defaultdict(Counter)
-            for r in read(tar, f"seed0/{arm}/completions.jsonl"):
-                by[min(3, (int(r.get("step", 1)) - 1) * 4 // 60)][named(r["text"])] += 1
-            for q in sorted(by):
-                n = sum(by[q].values())
-                top = ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in by[q].most_common(3))
-                print(f"({arm}) steps quarter {q + 1}: {n} completions; {top}")
+        for seed in (0, 1, 2):
+            for arm in ("b", "c"):
+                by: dict[int, Counter] = defaultdict(Counter)
+                for r in read(tar, f"seed{seed}/{arm}/completions.jsonl"):
+                    by[min(3, (int(r.get("step", 1)) - 1) * 4 // 60)][named(r["text"])] += 1
+                for q in sorted(by):
+                    n = sum(by[q].values())
+                    top = ", ".join(f"{k} {100 * v / n:.0f}%" for k, v in by[q].most_common(3))
+                    print(f"seed {seed} ({arm}) steps quarter {q + 1}: {n} completions; {top}")
         print()
         by_length(tar)
 
