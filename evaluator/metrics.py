@@ -9,8 +9,10 @@ distinct-n is the number of distinct n-grams over all n-grams of all replies (Li
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from cer.taxonomy import strategy_accuracy
@@ -24,9 +26,15 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+@lru_cache(maxsize=1 << 17)
+def _tokens(text: str) -> tuple[str, ...]:
+    """:func:`tokenize`, kept: a bootstrap recomputes corpus figures on resamples of the same texts."""
+    return tuple(tokenize(text))
+
+
 def distinct_n(texts: Sequence[str], n: int) -> float | None:
     """Distinct n-grams / all n-grams over ``texts``, times 100 (None when there is no n-gram at all)."""
-    grams = [tuple(toks[i:i + n]) for toks in map(tokenize, texts) for i in range(len(toks) - n + 1)]
+    grams = [toks[i:i + n] for toks in map(_tokens, texts) for i in range(len(toks) - n + 1)]
     return 100.0 * len(set(grams)) / len(grams) if grams else None
 
 
@@ -41,11 +49,27 @@ def bleu2(hypotheses: Sequence[str], references: Sequence[str]) -> float | None:
         raise ValueError(f"bleu2: {len(hypotheses)} hypotheses but {len(references)} references")
     if not hypotheses:
         return None
-    from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu
+    from nltk.translate.bleu_score import Fraction, SmoothingFunction, brevity_penalty
 
-    score = corpus_bleu([[tokenize(r)] for r in references], [tokenize(h) for h in hypotheses],
-                        weights=(0.5, 0.5), smoothing_function=SmoothingFunction().method1)
+    # NLTK's corpus_bleu, its sums taken over per-pair statistics kept by _bleu2_pair (the same numbers: a test
+    # compares them; a bootstrap then costs a sum per resample instead of every pair's n-gram counts again)
+    num1, den1, num2, den2, hyp_len, ref_len = (sum(col) for col in zip(*map(_bleu2_pair, hypotheses, references)))
+    if num1 == 0:
+        return 0.0
+    p_n = SmoothingFunction().method1([Fraction(num1, den1, _normalize=False), Fraction(num2, den2, _normalize=False)])
+    score = brevity_penalty(ref_len, hyp_len) * math.exp(math.fsum(0.5 * math.log(p) for p in p_n if p > 0))
     return 100.0 * float(score)
+
+
+@lru_cache(maxsize=1 << 17)
+def _bleu2_pair(hypothesis: str, reference: str) -> tuple[int, int, int, int, int, int]:
+    """One pair's share of corpus BLEU-2: NLTK's clipped unigram and bigram matches and counts, the hypothesis
+    length and the reference length closest to it."""
+    from nltk.translate.bleu_score import closest_ref_length, modified_precision
+
+    hyp, refs = list(_tokens(hypothesis)), [list(_tokens(reference))]
+    p1, p2 = modified_precision(refs, hyp, 1), modified_precision(refs, hyp, 2)
+    return p1.numerator, p1.denominator, p2.numerator, p2.denominator, len(hyp), closest_ref_length(refs, len(hyp))
 
 
 class _Tokens:

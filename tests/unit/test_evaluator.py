@@ -125,6 +125,29 @@ def test_metrics_hand_computed() -> None:
     assert acc == {"accuracy": pytest.approx(100 / 3), "n": 3, "unnamed": 1}
 
 
+def test_bleu2_from_kept_pair_statistics_is_nltks_corpus_bleu() -> None:
+    """bleu2 sums per-pair statistics it keeps (so a bootstrap does not count every pair's n-grams again): on ESConv
+    turns, random subsets with repeats (a bootstrap's resamples), no match at all and an empty reply, it
+    equals NLTK's corpus_bleu (weights 0.5/0.5, smoothing 1) on the same tokens."""
+    import random
+
+    from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu
+
+    def nltk_bleu2(hyps: list[str], refs: list[str]) -> float:
+        return 100.0 * float(corpus_bleu([[tokenize(r)] for r in refs], [tokenize(h) for h in hyps],
+                                         weights=(0.5, 0.5), smoothing_function=SmoothingFunction().method1))
+
+    esconv = Path(__file__).resolve().parents[1] / "fixtures" / "data_builder" / "esconv.json"  # five real dialogues
+    turns = [u["content"] for d in json.loads(esconv.read_text()) for u in d["dialog"]]
+    rng = random.Random(0)
+    for _ in range(25):
+        idx = [rng.randrange(len(turns) - 1) for _ in range(rng.randrange(1, 30))]
+        hyps, refs = [turns[i] for i in idx], [turns[i + 1] for i in idx]
+        assert bleu2(hyps, refs) == nltk_bleu2(hyps, refs)
+    for hyps, refs in ((["zzz qqq"], ["the cat sat"]), ([""], ["the cat sat"]), (["the the the"], ["the cat"])):
+        assert bleu2(hyps, refs) == nltk_bleu2(hyps, refs)
+
+
 # --- harnesses on fakes -------------------------------------------------------------------------------------
 def judge_script(bad_dimension: str | None = None):  # type: ignore[no-untyped-def]
     def script(messages: list[Message], params: GenParams) -> str:
