@@ -85,10 +85,10 @@ def policy_name(s: LoopSettings, short: bool = False) -> str:
     return name.removesuffix("-Instruct") if short else name
 
 
-#: with several seeds: BLEU-2, distinct-n and the most frequent reply's share are corpus figures (compeer_loop.stats.per_seed)
-CORPUS_NOTE = (" BLEU-2, distinct-n and the most frequent reply's share are corpus figures: with several seeds, the mean "
-               "of each seed's figure (a corpus of more replies has fewer distinct n-grams, so pooling the seeds' replies "
-               "would rank a policy by how many seeds evaluated it).")
+#: with several seeds: BLEU-2, distinct-n and the most frequent reply's share are corpus figures (stats.per_seed)
+CORPUS_NOTE = (" BLEU-2, distinct-n and the most frequent reply's share are corpus figures: with several seeds, "
+               "the mean of each seed's figure (a corpus of more replies has fewer distinct n-grams, so pooling the "
+               "seeds' replies would rank a policy by how many seeds evaluated it).")
 #: a Markdown file in the loop folder put verbatim at the top of the report (a correction found after the run)
 NOTES_FILE = "notes.md"
 

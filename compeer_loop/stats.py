@@ -3,11 +3,12 @@
 Each figure is a function of the per-prompt records; a bootstrap replicate resamples the prompts with replacement
 (seeded) and recomputes the figure on the resample, so corpus-level figures (BLEU-2, distinct-n) get intervals
 the same way as per-prompt means; with several seeds pooled, a corpus-level figure is the mean of each seed's
-(:func:`per_seed`), so a policy evaluated under three seeds compares with one evaluated under two. Distinct-n is biased under resampling with replacement (a resample repeats
-replies, so fewer of its n-grams are distinct: on 30 replies the resampled values sat some 15 points below the
-figure); its percentile interval is shifted by the bootstrap's bias (the figure minus the mean of the resampled
-values), so it keeps the resampling spread around the figure itself. The most frequent reply's share is biased the
-other way (on 12 distinct replies the figure is 8.3% and every resample's is 16.7% or more) and shifted the same way.
+(:func:`per_seed`), so a policy evaluated under three seeds compares with one evaluated under two. Distinct-n is
+biased under resampling with replacement (a resample repeats replies, so fewer of its n-grams are distinct: on 30
+replies the resampled values sat some 15 points below the figure); its percentile interval is shifted by the
+bootstrap's bias (the figure minus the mean of the resampled values), so it keeps the resampling spread around the
+figure itself. The most frequent reply's share is biased the other way (on 12 distinct replies the figure is 8.3%
+and every resample's is 16.7% or more) and shifted the same way.
 Figures a policy has no data for are None, never made up.
 
 Beside the figures (issue 26, item 4): the majority-strategy baseline on the same prompts and Cohen's kappa of the
