@@ -1,6 +1,6 @@
-"""Processes and files the loop's driver watches: whether a process lives, whether it died out of GPU memory, the
-sha256 of the warm-up adapter every GRPO arm starts from, whether a reward server is ready, and stopping the reward
-servers a loop started."""
+"""Processes and files the loop's driver watches: the processes it started or adopted (:class:`Job`), whether a
+process lives, whether it died out of GPU memory, the sha256 of the warm-up adapter every GRPO arm starts from,
+whether a reward server is ready, and stopping the reward servers a loop started."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import hashlib
 import logging
 import os
 import signal
+import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +41,22 @@ def out_of_gpu_memory(log_file: Path) -> bool:
         fh.seek(max(0, log_file.stat().st_size - 16384))
         tail = fh.read().decode("utf-8", "replace")
     return "torch.OutOfMemoryError" in tail or "CUDA out of memory" in tail
+
+
+@dataclass
+class Job:
+    """A process the driver started or adopted (arm, warm-up or evaluation)."""
+
+    name: str
+    pid: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = field(default_factory=time.time)
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs (an adopted process reports -1 when gone: its files decide)."""
+        if self.proc is not None:
+            return self.proc.poll()
+        return None if alive(self.pid) else -1
 
 
 def alive(pid: int) -> bool:

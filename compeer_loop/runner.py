@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,7 @@ from compeer_loop.plan import (
     warmup_argv,
     warmup_length,
 )
-from compeer_loop.procs import alive, file_sha256, out_of_gpu_memory, ready, stop_servers
+from compeer_loop.procs import Job, alive, file_sha256, out_of_gpu_memory, ready, stop_servers
 
 __all__ = ["Driver", "load_settings", "policy_dir", "stop_servers"]
 
@@ -76,22 +75,6 @@ def policy_dir(root: Path, name: str) -> Path | None:
         return None
     path = root / name / ("final" if arm.grpo else WARMUP_ADAPTER)
     return path if (path / "adapter_config.json").is_file() else None
-
-
-@dataclass
-class Job:
-    """A process the driver started or adopted (arm, warm-up or evaluation)."""
-
-    name: str
-    pid: int
-    proc: subprocess.Popen[bytes] | None = None
-    started: float = field(default_factory=time.time)
-
-    def poll(self) -> int | None:
-        """The exit code, or None while it runs (an adopted process reports -1 when gone: its files decide)."""
-        if self.proc is not None:
-            return self.proc.poll()
-        return None if alive(self.pid) else -1
 
 
 class Driver:
@@ -235,14 +218,12 @@ class Driver:
                 return None
         card = spare if spare is not None else pick_card(self.placement, (self.cards.get(n) for n in running))
         self.cards[arm.name] = card
-        if spare is not None:
-            log.info("arm %s starts on card %s, which another lane has finished with", arm.name, spare)
+        log.info("arm %s starts on card %s%s", arm.name, card, " (a finished lane's)" if spare is not None else "")
         return self._launch_arm(arm, card)
 
     def _next_card(self, jobs: dict[str, Job], limit: int) -> tuple[bool, str | None]:
-        """Whether the next waiting arm may start now, and the spare card it goes to (None: this folder's own cards):
-        on its own cards while fewer than ``limit`` of its arms run there and none there is starting, else on a spare
-        card if one is free (nothing else runs there)."""
+        """Whether the next waiting arm may start now, and where: its own cards (None) while fewer than ``limit`` of
+        its arms run there and none is starting there, else a free spare card."""
         if len(jobs) - len(self.spilled) < limit:
             return not self._card_starting(jobs), None
         card = self.spare.take() if self.spare is not None else None
@@ -250,8 +231,7 @@ class Driver:
 
     def _stopped(self, name: str) -> None:
         """Arm ``name`` has stopped: the spare card it ran on is free again."""
-        card = self.spilled.pop(name, None)
-        if card is not None and self.spare is not None:
+        if (card := self.spilled.pop(name, None)) is not None and self.spare is not None:
             self.spare.give_back(card)
 
     def run_arms(self) -> None:
