@@ -54,7 +54,17 @@ from cer.taxonomy import Taxonomy, load_taxonomy
 from data_builder.negatives import POLICY_MISFIT, HackMaker, Negative, PolicyPool
 from data_builder.pools import Pools, Reply, build_pools
 from data_builder.records import DIALOGUE, JUDGE_ITEM, ROUND, Record, read_records, write_jsonl
-from data_builder.silver_text import REPLY_POOLS, Facts, SilverConfig, load_config, pick, rationale, render_steps
+from data_builder.silver_text import (
+    RATIONALE_FIELDS,
+    REPLY_POOLS,
+    Facts,
+    SilverConfig,
+    load_config,
+    pick,
+    rationale,
+    render_steps,
+    with_rationales,
+)
 from data_builder.stage import StageRun, add_common, limited, progress, stable_seed
 
 SOURCE_OF_ORIGIN = {"original": "silver", "persona": "persona", "rewrite": "rewrite"}
@@ -346,6 +356,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="policy-made negative replies (compeer-data policy-negatives output; repeatable)")
     p.add_argument("--taxonomy", default=None, help="strategy taxonomy YAML")
     p.add_argument("--config", default=None, help="silver construction YAML (default: packaged silver.yaml)")
+    p.add_argument("--rationales", default=None, metavar="FILE",
+                   help="YAML mapping of rationale keys to phrasings that replace the config's (e.g. "
+                        "data_builder/data/rationales-step3-evidence.yaml); fields: " + ", ".join(RATIONALE_FIELDS))
     p.set_defaults(run=run)
 
 
@@ -354,11 +367,14 @@ def run(args: argparse.Namespace, argv: list[str] | None = None, **_: Any) -> in
     st = StageRun("silver", args.out, argv, list(args.inputs) + list(args.dialogues) + list(args.policy_negatives),
                   params={"false_share": args.false_share, "seed": args.seed, "limit": args.limit,
                           "reply_items": not args.no_reply_items, "pool": args.pool,
-                          "policy_negatives": args.policy_negatives})
+                          "policy_negatives": args.policy_negatives, "rationales": args.rationales})
     rounds = limited(read_records([Path(p) for p in args.inputs], (ROUND,)), args.limit)
     dialogues = read_records([Path(p) for p in args.dialogues], (DIALOGUE,)) if args.dialogues else None
     policy = PolicyPool.load(args.policy_negatives) if args.policy_negatives else None
-    items, counts = build_silver(rounds, load_taxonomy(args.taxonomy), load_config(args.config), args.false_share,
+    cfg = load_config(args.config)
+    if args.rationales:
+        cfg = with_rationales(cfg, args.rationales)
+    items, counts = build_silver(rounds, load_taxonomy(args.taxonomy), cfg, args.false_share,
                                  args.seed, dialogues, not args.no_reply_items, args.pool, policy)
     write_jsonl(st.path("items.jsonl"), items)
     steps = [it for it in items if "step1" in it["labels"]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -172,6 +172,32 @@ def render_steps(f: Facts, lang: str, taxonomy: Taxonomy, cfg: SilverConfig, rng
     strategy = rng.choice(t["strategy"]).format(strategy=f.strategy, description=desc,
                                                 description_lc=desc[:1].lower() + desc[1:].rstrip("."))
     return {"analysis": analysis, "emotion": emotion, "strategy": strategy}
+
+
+#: the fields a rationale phrasing may name (filled by the silver stage for every item)
+RATIONALE_FIELDS = ("problem", "stage", "gold_stage", "emotion", "gold_emotion", "strategy", "reply_strategy")
+
+
+def with_rationales(cfg: SilverConfig, path: str) -> SilverConfig:
+    """``cfg`` with some ``rationales`` entries replaced by those of the YAML mapping at ``path`` (``key: phrasing``
+    or ``key: [phrasings]``), e.g. for a judge trained on other rationale wording. A key the config does not have, or
+    a phrasing naming a field outside :data:`RATIONALE_FIELDS`, is a ValueError naming it."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"rationales {path}: expected a non-empty mapping of rationale keys to phrasings")
+    dummy = {f: f"<{f}>" for f in RATIONALE_FIELDS}
+    out: dict[str, list[str]] = {}
+    for key, value in data.items():
+        if key not in cfg.rationales:
+            raise ValueError(f"rationales {path}: unknown key {key!r}; known: {', '.join(sorted(cfg.rationales))}")
+        out[key] = _phrasings(value)
+        for phrasing in out[key]:
+            try:
+                phrasing.format(**dummy)
+            except (KeyError, IndexError) as e:
+                raise ValueError(f"rationales {path}: {key!r} names the field {e}; allowed: "
+                                 f"{', '.join(RATIONALE_FIELDS)}") from None
+    return replace(cfg, rationales={**cfg.rationales, **out})
 
 
 def rationale(cfg: SilverConfig, key: str, rng: random.Random, **fields: Any) -> str:

@@ -9,13 +9,15 @@ set -euo pipefail
 SRC=${1:?ESConv tarball or folder (train.json, valid.json)} W=${2:?output folder}
 C="python3 -m data_builder.cli" PN=()
 for f in ${POLICY_NEGATIVES:-data_builder/data/policy_negatives.jsonl}; do PN+=(--policy-negatives "$f"); done
+# SILVER_RATIONALES: a YAML of rationale phrasings replacing silver.yaml's (compeer-data silver --rationales)
+SR=(); [ -z "${SILVER_RATIONALES:-}" ] || SR=(--rationales "$SILVER_RATIONALES")
 if [ -d "$SRC" ]; then E=$SRC; else E=$W/esconv; mkdir -p "$E" && tar -xJf "$SRC" -C "$E"; fi
 $C ingest --quiet --format esconv --out $W/ingest-train $E/train.json
 $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json
 $C sample --quiet --rounds 8 --out $W/sample-train $W/ingest-train/dialogues.jsonl
 $C sample --quiet --rounds 3 --out $W/sample-valid $W/ingest-valid/dialogues.jsonl
-$C silver --quiet --out $W/silver-train --pool train "${PN[@]}" --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl
-$C silver --quiet --out $W/silver-valid --pool eval --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
+$C silver --quiet --out $W/silver-train --pool train "${PN[@]}" "${SR[@]}" --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl
+$C silver --quiet --out $W/silver-valid --pool eval "${SR[@]}" --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
 $C contrast --quiet --out $W/contrast --pool eval "${PN[@]}" --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
 $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
   $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl
