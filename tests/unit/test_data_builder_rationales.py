@@ -4,6 +4,9 @@ that states the reply's own annotated strategy before the verdict, and clear err
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,31 @@ def test_a_wrong_key_or_field_is_a_clear_error(tmp_path: Path) -> None:
         with_rationales(cfg, str(bad_field))
     assert with_rationales(cfg, str(EVIDENCE)).rationales["step3_stage_mismatch"] == \
         cfg.rationales["step3_stage_mismatch"]
+
+
+def test_esconv_data_sh_passes_the_rationales_to_the_judges_training_chats(tmp_path: Path) -> None:
+    """``SILVER_RATIONALES`` on the real ``tools/gpu/esconv_data.sh`` (the GPU scripts' data build), on the fixture
+    split in two: the contrast groups and every label stay byte for byte, and the step-3 turns of the judge's SFT
+    chats carry the evidence phrasing."""
+    from datasets import load_from_disk
+
+    repo = EVIDENCE.parents[2]
+    src = tmp_path / "esconv"
+    src.mkdir()
+    dialogues = json.loads((FIX / "esconv.json").read_text())
+    (src / "train.json").write_text(json.dumps(dialogues[:3]))
+    (src / "valid.json").write_text(json.dumps(dialogues[3:]))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    for name, extra in (("plain", {}), ("evidence", {"SILVER_RATIONALES": str(EVIDENCE)})):
+        subprocess.run(["bash", "tools/gpu/esconv_data.sh", str(src), str(tmp_path / name)], cwd=repo,
+                       env={**env, **extra}, check=True, capture_output=True, timeout=300)
+    plain, evidence = tmp_path / "plain", tmp_path / "evidence"
+    assert (plain / "contrast" / "groups.jsonl").read_bytes() == (evidence / "contrast" / "groups.jsonl").read_bytes()
+    a = list(read_jsonl(plain / "silver-train" / "items.jsonl"))
+    b = list(read_jsonl(evidence / "silver-train" / "items.jsonl"))
+    assert [x["labels"] for x in a] == [x["labels"] for x in b]
+    turns = [m["content"] for row in load_from_disk(str(evidence / "emit" / "judge_sft" / "unified"))["train"]
+             for m in row["messages"] if m["role"] == "assistant"]
+    assert any(t.startswith("Rationale: the reply is ") and t.endswith("Verdict: True") for t in turns)
+    # the default step-3 phrasings are gone (but for a hack's "carries out no strategy", not overridden)
+    assert not any("does not carry out" in t or ("carries out" in t and "no strategy" not in t) for t in turns)
