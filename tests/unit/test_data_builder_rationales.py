@@ -20,10 +20,11 @@ EVIDENCE = Path(__file__).resolve().parents[2] / "data_builder" / "data" / "rati
 
 
 def _silver(tmp_path: Path, *extra: str) -> list[dict]:
-    assert main(["ingest", "--quiet", "--format", "esconv", "--out", str(tmp_path / "i"),
-                 str(FIX / "esconv.json")]) == 0
-    assert main(["sample", "--quiet", "--rounds", "5", "--out", str(tmp_path / "s"),
-                 str(tmp_path / "i" / "dialogues.jsonl")]) == 0
+    if not (tmp_path / "s" / "rounds.jsonl").exists():  # the fixture's rounds, sampled once
+        assert main(["ingest", "--quiet", "--format", "esconv", "--out", str(tmp_path / "i"),
+                     str(FIX / "esconv.json")]) == 0
+        assert main(["sample", "--quiet", "--rounds", "5", "--out", str(tmp_path / "s"),
+                     str(tmp_path / "i" / "dialogues.jsonl")]) == 0
     out = tmp_path / ("silver" + "-".join(Path(e).stem for e in extra))
     assert main(["silver", "--quiet", "--false-share", "0.5", "--seed", "3", "--no-reply-items", "--out", str(out),
                  *extra, str(tmp_path / "s" / "rounds.jsonl")]) == 0
@@ -46,7 +47,7 @@ def test_the_evidence_rationales_state_the_replys_strategy_and_change_nothing_el
             assert b["rationales"]["step3"] == f"the reply is {reply}, as named."
             seen.add("true")
         elif kind == "unused_strategy":
-            named = next(s for s in a["rationales"]["step3"].split("carry out ")[1:])[:-1]
+            named = a["rationales"]["step3"].split("carry out ", 1)[1].rstrip(".")
             assert named != reply and b["rationales"]["step3"] == f"the reply is {reply}, not {named}."
             seen.add(kind)
     assert seen == {"true", "unused_strategy"}

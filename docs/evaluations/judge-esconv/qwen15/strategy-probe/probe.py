@@ -15,11 +15,10 @@ from sentence_transformers import SentenceTransformer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import cohen_kappa_score, f1_score
 
+from data_builder.silver_text import load_config
 from judge.model_store import default_embedding_path
 
-STAGE = {"Question": "exploration", "Restatement or Paraphrasing": "exploration", "Reflection of Feelings": "comforting",
-         "Self-disclosure": "comforting", "Affirmation and Reassurance": "comforting",
-         "Providing Suggestions": "action", "Information": "action"}
+STAGE = load_config().strategy_stage  # the support stage of each strategy (silver.yaml `strategy_stage`)
 
 
 def utterances(path: Path, context: bool) -> tuple[list[str], list[str]]:
