@@ -96,6 +96,14 @@ def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def clear_run_logs(out_dir: Path) -> None:
+    """Remove the metrics and every rank's completions file of an earlier attempt in ``out_dir``: a run that starts
+    from step 1 (no checkpoint to resume) logs its steps afresh instead of after the old attempt's lines."""
+    (out_dir / METRICS_FILE).unlink(missing_ok=True)
+    for completions in out_dir.glob(COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")):
+        completions.unlink()
+
+
 def truncate_metrics(out_dir: Path, last_step: int) -> None:
     """Drop lines after ``last_step`` (a resumed run re-logs the steps after its checkpoint): the metrics, and the
     completions file's lines of those steps (lines without a ``step``, from older runs, are kept)."""

@@ -23,7 +23,7 @@ from judge.model_store import resolve_model
 from policy_trainer.config import CompeerGRPOConfig, RewardOverlap
 from policy_trainer.data import load_prompt_set
 from policy_trainer.overlap import OverlappedGRPOTrainer
-from policy_trainer.report import MetricsReport, truncate_metrics, write_report
+from policy_trainer.report import MetricsReport, clear_run_logs, truncate_metrics, write_report
 from policy_trainer.rewards import ClientFactory, CompeerReward, RewardSettings, ScoringClient
 from policy_trainer.warmup import run_warmup, warmup_adapter_path
 from reward_server.client import ClientSecurity, RewardClient
@@ -135,12 +135,14 @@ def _prepare_warmup(cfg: CompeerGRPOConfig, model: PreTrainedModel, tokenizer: P
     return run_warmup(cfg, model, tokenizer, out_dir, peft), None
 
 
-def _checkpoint_to_resume(out_dir: Path, resume: bool) -> str | None:
-    if not resume:
-        return None
-    last = get_last_checkpoint(str(out_dir)) if out_dir.is_dir() else None
+def checkpoint_to_resume(out_dir: Path, resume: bool) -> str | None:
+    """The checkpoint a run continues from, its logs trimmed to that step; None (a run from step 1) after removing an
+    earlier attempt's metrics and completions, which would otherwise stand before the new run's lines."""
+    last = get_last_checkpoint(str(out_dir)) if resume and out_dir.is_dir() else None
     if last is None:
-        log.warning("--resume: no checkpoint-* folder in %s; starting from the beginning", out_dir)
+        if resume:
+            log.warning("--resume: no checkpoint-* folder in %s; starting from the beginning", out_dir)
+        clear_run_logs(out_dir)
         return None
     state = json.loads((Path(last) / "trainer_state.json").read_text())
     truncate_metrics(out_dir, int(state.get("global_step", 0)))
@@ -153,9 +155,7 @@ def run(cfg: CompeerGRPOConfig, out_dir: Path, *, resume: bool = False,
     """Train, save the final adapter to ``OUT/final`` and write the report. ``cfg.output_dir`` must be ``out_dir``."""
     install_log_redaction()
     out_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = _checkpoint_to_resume(out_dir, resume)
-    if resume_from is None and (out_dir / "metrics.jsonl").exists():
-        (out_dir / "metrics.jsonl").unlink()
+    resume_from = checkpoint_to_resume(out_dir, resume)
     model, tokenizer, policy_path = load_policy(cfg)
     dataset = load_prompt_set(cfg.prompt_set, cfg.max_prompts)
     policy, peft = _prepare_warmup(cfg, model, tokenizer, out_dir, lora_config(cfg))

@@ -345,3 +345,26 @@ def test_run_summary_says_whether_the_reward_pays_for_degenerate_completions(tmp
     assert s["completions"] == 7 and s["groups"] == 3 and s["degenerate_share"] == pytest.approx(2 / 7)
     assert s["groups_with_both"] == 1 and s["degenerate_wins_share"] == pytest.approx(0.75)
     assert s["reward_mean_degenerate"] == 2.0 and s["reward_mean_other"] == pytest.approx(12.6 / 5)
+
+
+def test_a_run_that_starts_from_step_one_drops_an_earlier_attempts_logs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # 2026-12-01: a --resume call found no checkpoint (the first call was cut at step 3), trained from step 1 again
+    # and appended its completions after the cut attempt's, so steps 1-3 were counted twice
+    from policy_trainer.runner import checkpoint_to_resume
+
+    def attempt() -> None:
+        (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
+        for name in ("completions.jsonl", "completions.rank1.jsonl"):
+            (tmp_path / name).write_text(json.dumps({"call": 1, "step": 1}) + "\n")
+
+    for resume in (True, False):
+        attempt()
+        assert checkpoint_to_resume(tmp_path, resume) is None
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
+    attempt()
+    state = {"global_step": 1}
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / "trainer_state.json").write_text(json.dumps(state))
+    assert checkpoint_to_resume(tmp_path, True) == str(tmp_path / "checkpoint-1")
+    assert (tmp_path / "completions.jsonl").read_text() == json.dumps({"call": 1, "step": 1}) + "\n"  # kept to step 1
+    assert checkpoint_to_resume(tmp_path, False) is None and not (tmp_path / "completions.jsonl").exists()

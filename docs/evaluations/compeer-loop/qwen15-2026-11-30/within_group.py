@@ -7,7 +7,8 @@ round").
 
 Reads the training completions (every completion with its group and reward as GRPO saw them): arms b and c of seeds 0,
 1 and 2 in ``inputs/results.tar.xz`` (60 steps each), and the five runs of ``docs/runs/grpo-gpu-2026-11-30-h200-qwen15-policy*/``
-(against the shipped judge, seeds 0-2, and against the round-3 and round-4 judges). A completion *fits* when the
+(against the shipped judge, seeds 0-2, and against the round-3 and round-4 judges), and since 2026-12-01 the three of
+``docs/runs/grpo-gpu-2026-12-01-h200-qwen15-policy-v3-judge/`` (the same command against the 500-step default, v3). A completion *fits* when the
 strategy its ``<strategy>`` part names is of the support stage (``silver.yaml`` ``strategy_stage``) of the strategy
 annotated at its round, and is a *misfit* when of another stage (``Others`` and unparsed completions are neither). Per
 run, over the pairs of completions of one group with one fit and one misfit: the share where the fitting one got
@@ -54,9 +55,13 @@ def runs() -> Iterable[tuple[str, str, list[dict]]]:
                           ("grpo-gpu-2026-11-30-h200-qwen15-policy/seed1", "shipped (v2)"),
                           ("grpo-gpu-2026-11-30-h200-qwen15-policy/seed2", "shipped (v2)"),
                           ("grpo-gpu-2026-11-30-h200-qwen15-policy-round3-judge/seed0", "round 3"),
-                          ("grpo-gpu-2026-11-30-h200-qwen15-policy-round4-judge/seed0", "round 4")):
+                          ("grpo-gpu-2026-11-30-h200-qwen15-policy-round4-judge/seed0", "round 4"),
+                          ("grpo-gpu-2026-12-01-h200-qwen15-policy-v3-judge/seed0", "default (v3)"),
+                          ("grpo-gpu-2026-12-01-h200-qwen15-policy-v3-judge/seed1", "default (v3)"),
+                          ("grpo-gpu-2026-12-01-h200-qwen15-policy-v3-judge/seed2", "default (v3)")):
         with lzma.open(RUNS / folder / "completions-next_step.jsonl.xz", "rt", encoding="utf-8") as fh:
-            yield folder.removeprefix("grpo-gpu-2026-11-30-h200-"), judge, [json.loads(x) for x in fh if x.strip()]
+            name = folder.removeprefix("grpo-gpu-2026-11-30-h200-").removeprefix("grpo-gpu-2026-12-01-h200-")
+            yield name, judge, [json.loads(x) for x in fh if x.strip()]
 
 
 def share(pairs: list[tuple[float, float]]) -> str:
