@@ -45,7 +45,7 @@ import argparse
 import random
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ from data_builder.silver_text import (
     RATIONALE_FIELDS,
     REPLY_POOLS,
     Facts,
+    RationaleFields,
     SilverConfig,
     load_config,
     pick,
@@ -276,9 +277,7 @@ def build_silver(rounds: list[Record], taxonomy: Taxonomy, cfg: SilverConfig, fa
         for k, step in enumerate(("step1", "step2", "step3")):
             if (i, k) in corrupt and (kind := corrupt_step(step, facts, shown, fam, r, pools, taxonomy, cfg, rng)):
                 corrupted[step] = kind
-        fields = {"problem": facts.problem, "stage": shown.stage, "gold_stage": facts.stage, "emotion": shown.emotion,
-                  "gold_emotion": facts.emotion, "strategy": shown.strategy,
-                  "reply_strategy": reply_strategy or facts.strategy}
+        fields = asdict(RationaleFields.of(facts, shown, reply_strategy or facts.strategy))
         labels: dict[str, Any] = {"step1": "step1" not in corrupted, "step2": "step2" not in corrupted,
                                   "step3": "step3" not in corrupted, "preference": PREFERENCE_OF[pair.kind]}
         step3 = corrupted.get("step3")

@@ -7,6 +7,7 @@ pair weights) are configuration, not code.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -174,8 +175,29 @@ def render_steps(f: Facts, lang: str, taxonomy: Taxonomy, cfg: SilverConfig, rng
     return {"analysis": analysis, "emotion": emotion, "strategy": strategy}
 
 
-#: the fields a rationale phrasing may name (filled by the silver stage for every item)
-RATIONALE_FIELDS = ("problem", "stage", "gold_stage", "emotion", "gold_emotion", "strategy", "reply_strategy")
+@dataclass(frozen=True)
+class RationaleFields:
+    """What a rationale phrasing may name (``{field}``), filled by the silver stage for every item: the one list of
+    them (:data:`RATIONALE_FIELDS`). ``stage``, ``emotion`` and ``strategy`` are what the candidate shows (perhaps
+    corrupted), ``gold_*`` the round's annotation, ``reply_strategy`` the strategy the candidate's reply carries out."""
+
+    problem: str
+    stage: str
+    gold_stage: str
+    emotion: str
+    gold_emotion: str
+    strategy: str
+    reply_strategy: str
+
+    @classmethod
+    def of(cls, gold: Facts, shown: Facts, reply_strategy: str) -> RationaleFields:
+        """The fields of an item whose round is ``gold`` and whose candidate shows ``shown``."""
+        return cls(problem=gold.problem, stage=shown.stage, gold_stage=gold.stage, emotion=shown.emotion,
+                   gold_emotion=gold.emotion, strategy=shown.strategy, reply_strategy=reply_strategy)
+
+
+#: the names of :class:`RationaleFields`
+RATIONALE_FIELDS = tuple(f.name for f in dataclasses.fields(RationaleFields))
 
 
 def with_rationales(cfg: SilverConfig, path: str) -> SilverConfig:
