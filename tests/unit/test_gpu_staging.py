@@ -294,6 +294,35 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
     assert "reward_trainer.cli judge-eval" in calls.read_text()
 
 
+def test_an_adversarial_round_of_the_135m_judge_measures_the_135m_judge_beside_it(tmp_path: Path) -> None:
+    """``JUDGE_MODEL=smollm2-135m`` (the CPU default's base): the judge measured beside the retrained one is that
+    base's shipped adapter, on that base, never the 1.5B judge's adapter on the wrong base."""
+    run = tmp_path / "qwen-run"
+    (run / "data2" / "emit" / "judge_sft").mkdir(parents=True)
+    (run / "unified-adv-bf16").mkdir()
+    (run / "unified-adv-bf16" / "adapter_model.safetensors").write_bytes(b"weights")
+    calls = tmp_path / "python-calls.txt"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text(  # logs every call; the trainer's CLI fails at once, anything else is Python's
+        f'#!/usr/bin/env bash\necho "$*" >> {calls}\n[ "$1 $2" = "-m reward_trainer.cli" ] && exit 1\n'
+        f'exec {sys.executable} "$@"\n')
+    (fake / "python3").chmod(0o755)
+    negatives = tmp_path / "negatives.jsonl"
+    negatives.write_text("")
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run), "STAGE_DIR": str(tmp_path / "s"),
+           "ADV_NEGATIVES": str(negatives), "ADV_GRPO2": "0", "JUDGE_MODEL": "smollm2-135m", "PROFILE": "gpu-esconv"}
+    env.pop("SHIPPED_CARD", None)
+    env.pop("SHIPPED_EVAL", None)
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env=env, cwd=GPU.parents[1],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1  # the (fake) evaluations were started and failed
+    evals = [line for line in calls.read_text().splitlines() if "reward_trainer.cli judge-" in line]
+    shipped = [line for line in evals if "judge/adapters/" in line]
+    assert len(shipped) == 2 and all("judge/adapters/unifireward-smollm2-esconv" in line for line in shipped)
+    assert all("--model smollm2-135m" in line for line in evals) and "qwen15" not in " ".join(evals)
+
+
 SHIPPED = Path("judge/adapters/unifireward-qwen15-esconv-v3")
 
 

@@ -44,10 +44,11 @@ fi
 W=$R/data D=$R/data/emit/judge_sft
 PROFILE=${PROFILE:-gpu-qwen15-esconv} MODEL=${JUDGE_MODEL:-qwen2.5-coder-1.5b}
 EVAL=(--model "$MODEL" --device cuda --max-batch 128 --concurrency 128 --no-audit)
-# the shipped GPU judge (the 1.5B base's adapter in judge/bases.py, the one place that names it), measured beside
+# the shipped judge of the base trained here (its adapter in judge/bases.py, the one place that names it: the 1.5B
+# base's by default; JUDGE_MODEL=smollm2-135m with PROFILE=gpu-esconv retrains the CPU default's), measured beside
 # every retrained one
 SHIPPED=judge/adapters/$(PYTHONPATH="$(dirname "$0")/../.." python3 -c \
-  'from judge.bases import QWEN25_CODER_15B; print(QWEN25_CODER_15B.adapter)') || exit 1
+  'import sys; from judge.bases import BASES; print(BASES[sys.argv[1]].adapter)' "$MODEL") || exit 1
 
 train() {  # $1: variant, $2: its folder under $R (default: the variant's name); data: $D; TRAIN_SET: config fields
   # (KEY=VALUE, space-separated), e.g. "per_device_train_batch_size=8 gradient_accumulation_steps=4": the same 32
