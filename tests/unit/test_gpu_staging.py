@@ -263,9 +263,10 @@ def test_a_carry_part_fits_beside_the_tree_that_travels(tmp_path: Path) -> None:
     assert part_bytes({**env, "PART_BYTES": "12345"}) == 12345
 
 
-def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> None:
-    """``judge_qwen.sh adversarial`` with ``ADV_EVAL=0`` (a round whose figures are committed, run again for a GRPO
-    run against it) prints the retrained adapter's sha256 and starts no evaluation; with the default it does."""
+def _adversarial_round_built(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A run folder whose adversarial round is built and trained (``judge_qwen.sh adversarial-run`` neither builds nor
+    trains again), the log of a FAKE ``python3`` (every call logged; the trainer's CLI fails at once, anything else is
+    Python's) and the env (no GRPO run, no shipped-judge card)."""
     run = tmp_path / "qwen-run"
     (run / "data2" / "emit" / "judge_sft").mkdir(parents=True)  # the round's data, built: not built again
     (run / "unified-adv-bf16").mkdir()  # the retrained adapter, there: not trained again
@@ -273,16 +274,24 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
     calls = tmp_path / "python-calls.txt"
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "python3").write_text(  # logs every call; the trainer's CLI fails at once, anything else is Python's
+    (fake / "python3").write_text(
         f'#!/usr/bin/env bash\necho "$*" >> {calls}\n[ "$1 $2" = "-m reward_trainer.cli" ] && exit 1\n'
         f'exec {sys.executable} "$@"\n')
     (fake / "python3").chmod(0o755)
     negatives = tmp_path / "negatives.jsonl"
     negatives.write_text("")
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run),
-           "STAGE_DIR": str(tmp_path / "stage"), "ADV_NEGATIVES": str(negatives), "ADV_GRPO2": "0",
-           "SHIPPED_EVAL": "0"}
-    env.pop("SHIPPED_CARD", None)
+           "STAGE_DIR": str(tmp_path / "stage"), "ADV_NEGATIVES": str(negatives), "ADV_GRPO2": "0"}
+    for key in ("SHIPPED_CARD", "SHIPPED_EVAL", "JUDGE_MODEL", "PROFILE"):
+        env.pop(key, None)
+    return calls, env
+
+
+def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> None:
+    """``judge_qwen.sh adversarial`` with ``ADV_EVAL=0`` (a round whose figures are committed, run again for a GRPO
+    run against it) prints the retrained adapter's sha256 and starts no evaluation; with the default it does."""
+    calls, env = _adversarial_round_built(tmp_path)
+    env["SHIPPED_EVAL"] = "0"
     done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env={**env, "ADV_EVAL": "0"},
                           cwd=GPU.parents[1], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -297,23 +306,8 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
 def test_an_adversarial_round_of_the_135m_judge_measures_the_135m_judge_beside_it(tmp_path: Path) -> None:
     """``JUDGE_MODEL=smollm2-135m`` (the CPU default's base): the judge measured beside the retrained one is that
     base's shipped adapter, on that base, never the 1.5B judge's adapter on the wrong base."""
-    run = tmp_path / "qwen-run"
-    (run / "data2" / "emit" / "judge_sft").mkdir(parents=True)
-    (run / "unified-adv-bf16").mkdir()
-    (run / "unified-adv-bf16" / "adapter_model.safetensors").write_bytes(b"weights")
-    calls = tmp_path / "python-calls.txt"
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "python3").write_text(  # logs every call; the trainer's CLI fails at once, anything else is Python's
-        f'#!/usr/bin/env bash\necho "$*" >> {calls}\n[ "$1 $2" = "-m reward_trainer.cli" ] && exit 1\n'
-        f'exec {sys.executable} "$@"\n')
-    (fake / "python3").chmod(0o755)
-    negatives = tmp_path / "negatives.jsonl"
-    negatives.write_text("")
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "QWEN_RUN": str(run), "STAGE_DIR": str(tmp_path / "s"),
-           "ADV_NEGATIVES": str(negatives), "ADV_GRPO2": "0", "JUDGE_MODEL": "smollm2-135m", "PROFILE": "gpu-esconv"}
-    env.pop("SHIPPED_CARD", None)
-    env.pop("SHIPPED_EVAL", None)
+    calls, env = _adversarial_round_built(tmp_path)
+    env.update(JUDGE_MODEL="smollm2-135m", PROFILE="gpu-esconv")
     done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env=env, cwd=GPU.parents[1],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1  # the (fake) evaluations were started and failed
