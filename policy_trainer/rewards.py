@@ -261,7 +261,8 @@ class CompeerReward:
     def _write_completions(self, judged: _Judged, dialogue_ids: Sequence[Any] | None, step: int | None) -> None:
         """Append this call's completions to ``completions_path`` (one JSON line each; ``round_index``: the round of
         its dialogue the prompt ends before, :func:`data_builder.policy_negatives.round_index_of`; ``step``: the
-        optimizer step they train, which a resumed run truncates by, as the metrics)."""
+        optimizer step they train, which a resumed run truncates by, as the metrics; the judged components beside the
+        totals, so that what the judge paid for can be read per component)."""
         path = self.settings.completions_path
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,6 +274,9 @@ class CompeerReward:
                     "dialogue_id": None if dialogue_ids is None else str(dialogue_ids[i]),
                     "round_index": judged.rounds[i], "text": text,
                     "mark": marks[i], "reward": reward, "total": score.total, "graded_total": score.graded_total,
+                    "format": score.format, "steps": score.steps, "preference": score.preference,
+                    "graded_steps": score.graded_steps, "graded_preference": score.graded_preference,
+                    "s_in": score.s_in, "s_hi": score.s_hi,
                     "status": score.status.value if score.status is not None else None}, ensure_ascii=False) + "\n")
 
     def _lengths(self, texts: list[str], completion_ids: list[list[int]] | None) -> list[float]:

@@ -305,6 +305,10 @@ def test_log_completions_file_writes_each_completion_with_its_reward_and_mark(tm
     assert rows[0]["reward"] == pytest.approx(2.1818181818) and rows[0]["total"] == 3.0
     assert rows[2]["reward"] is None and rows[2]["status"] == "parse_failed"  # unscored: no made-up reward
     assert all("mark" in r for r in rows)
+    # the components the total is made of, as judged (a1: steps 1, 1, 1, preference +1, format -1)
+    assert (rows[0]["steps"], rows[0]["preference"], rows[0]["format"]) == ([1.0, 1.0, 1.0], 1.0, -1.0)
+    assert (rows[0]["s_in"], rows[0]["s_hi"]) == (0.5, 0.2) and rows[2]["steps"] == [None, 1.0, 1.0]  # as judged
+    assert {"graded_steps", "graded_preference"} <= rows[0].keys()
 
 
 def test_a_resumed_run_drops_the_metrics_and_completions_of_the_steps_after_its_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
