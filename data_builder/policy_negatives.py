@@ -58,6 +58,8 @@ DEGENERATE_KINDS: tuple[str, ...] = ("degenerate", "generic")
 RECORDS_FILE = "records.jsonl"
 #: the file GRPO's ``log_completions_file`` writes in its output folder (``completions.rankR.jsonl`` for rank R > 0)
 COMPLETIONS_FILE = "completions.jsonl"
+#: the glob that finds every rank's completions file
+COMPLETIONS_GLOB = COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")
 #: the ``policy`` of the replies read from GRPO completions files
 GRPO_POLICY = "grpo"
 
@@ -212,9 +214,8 @@ def read_loop_replies(folders: list[Path], counts: Counter[str] | None = None) -
     """Every reply below the folders: loop ``records.jsonl`` files (policy = the file's folder name) and GRPO
     completions files (policy :data:`GRPO_POLICY`); ``counts`` gets the completions lines skipped."""
     out: list[PolicyReply] = []
-    pattern = COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")
     for folder in folders:
-        records, completions = sorted(folder.rglob(RECORDS_FILE)), sorted(folder.rglob(pattern))
+        records, completions = sorted(folder.rglob(RECORDS_FILE)), sorted(folder.rglob(COMPLETIONS_GLOB))
         if not records and not completions:
             raise StageError(f"{folder}: no {RECORDS_FILE} or {COMPLETIONS_FILE} below it (not a compeer-loop or "
                              "GRPO output folder?)")

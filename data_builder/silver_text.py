@@ -7,10 +7,10 @@ pair weights) are configuration, not code.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -197,7 +197,7 @@ class RationaleFields:
 
 
 #: the names of :class:`RationaleFields`
-RATIONALE_FIELDS = tuple(f.name for f in dataclasses.fields(RationaleFields))
+RATIONALE_FIELDS = tuple(f.name for f in dataclass_fields(RationaleFields))
 
 
 def with_rationales(cfg: SilverConfig, path: str) -> SilverConfig:

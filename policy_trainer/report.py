@@ -18,7 +18,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from data_builder.policy_negatives import COMPLETIONS_FILE, is_degenerate
+from data_builder.policy_negatives import COMPLETIONS_FILE, COMPLETIONS_GLOB, is_degenerate
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
@@ -100,7 +100,7 @@ def clear_run_logs(out_dir: Path) -> None:
     """Remove the metrics and every rank's completions file of an earlier attempt in ``out_dir``: a run that starts
     from step 1 (no checkpoint to resume) logs its steps afresh instead of after the old attempt's lines."""
     (out_dir / METRICS_FILE).unlink(missing_ok=True)
-    for completions in out_dir.glob(COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")):
+    for completions in out_dir.glob(COMPLETIONS_GLOB):
         completions.unlink()
 
 
@@ -111,7 +111,7 @@ def truncate_metrics(out_dir: Path, last_step: int) -> None:
     path = out_dir / METRICS_FILE
     if path.exists():
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for completions in out_dir.glob(COMPLETIONS_FILE.replace(".jsonl", "*.jsonl")):  # every rank's file
+    for completions in out_dir.glob(COMPLETIONS_GLOB):  # every rank's file
         kept = [line for line in completions.read_text(encoding="utf-8").splitlines(keepends=True)
                 if line.strip() and (json.loads(line).get("step") or 0) <= last_step]
         completions.write_text("".join(kept), encoding="utf-8")
