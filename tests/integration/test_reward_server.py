@@ -148,7 +148,7 @@ async def test_the_default_is_the_trained_judge_and_its_reward_separates(reward_
 
     async with httpx.AsyncClient(base_url=reward_server.http_url, timeout=600) as http:
         info = (await http.get("/v1/info")).json()
-        assert info["adapter"].startswith("unifireward-smollm2-esconv@sha256:")
+        assert info["adapter"].startswith("unifireward-smollm2-esconv-v2@sha256:")
         example = (await http.post("/v1/score", json=EXAMPLE)).json()
         assert example["meta"]["adapter"] == info["adapter"]
         good, broken, good2, untagged = (r["rewards"]["total"] for r in example["results"])

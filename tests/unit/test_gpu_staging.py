@@ -313,7 +313,7 @@ def test_an_adversarial_round_of_the_135m_judge_measures_the_135m_judge_beside_i
     assert done.returncode == 1  # the (fake) evaluations were started and failed
     evals = [line for line in calls.read_text().splitlines() if "reward_trainer.cli judge-" in line]
     shipped = [line for line in evals if "judge/adapters/" in line]
-    assert len(shipped) == 2 and all("judge/adapters/unifireward-smollm2-esconv" in line for line in shipped)
+    assert len(shipped) == 2 and all("judge/adapters/unifireward-smollm2-esconv-v2" in line for line in shipped)
     assert all("--model smollm2-135m" in line for line in evals) and "qwen15" not in " ".join(evals)
 
 
@@ -449,7 +449,8 @@ def test_an_adapter_from_history_travels_in_parts_and_is_unpacked_once_all_are_i
 def test_slim_sets_the_figures_and_adapters_aside_and_restores_them_byte_for_byte(tmp_path: Path) -> None:
     """``slim.sh hide`` takes the committed files of ``SLIM_PATHS`` out of the tree that travels (so the staging parts
     can be larger) without git seeing them as deleted, refuses to hide twice or to hide uncommitted work, and
-    ``restore`` brings back the same bytes with git's view of them unchanged."""
+    ``weights`` brings back only the adapters' weights (what the device calls read), and ``restore`` brings back the
+    same bytes with git's view of them unchanged."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
 
@@ -487,6 +488,11 @@ def test_slim_sets_the_figures_and_adapters_aside_and_restores_them_byte_for_byt
     git("add", "-A")
     assert git("diff", "--cached", "--name-only") == ""  # `git add -A` cannot record the set-aside files as deleted
     assert "already hidden" in slim("hide", ok=False).stderr
+    slim("weights")  # the device calls need the adapters' weights, not the figures
+    weights = "judge/adapters/a/adapter_model.safetensors"
+    assert (tmp_path / weights).read_bytes() == aside[weights]
+    assert not any((tmp_path / rel).exists() for rel in aside if rel != weights)
+    assert tree() < whole - 150_000 and git("status", "--porcelain") == ""
     slim("restore")
     assert all((tmp_path / rel).read_bytes() == data for rel, data in {**aside, **stays}.items())
     assert git("status", "--porcelain") == "" and tree() == whole

@@ -175,7 +175,7 @@ async def test_adapter_none_serves_the_bare_base_with_other_weights() -> None:
     bare, default = await build_core(config("none")), await build_core(config("default"))
     assert bare.info().adapter is None and bare.config.engine.adapter is None
     assert bare.config.engine.model_path == prepare_default_model().path
-    assert default.info().adapter is not None and default.info().adapter.startswith("unifireward-smollm2-esconv@")
+    assert default.info().adapter is not None and default.info().adapter.startswith("unifireward-smollm2-esconv-v2@")
     assert default.config.engine.model_path == prepare_default_judge().path
     assert weights_digest(Path(bare.config.engine.model_path)) != weights_digest(Path(default.config.engine.model_path))
 

@@ -22,7 +22,7 @@
 #           shipped judge on card N while the new one trains; SHIPPED_EVAL=0 (one card) skips its Table 1 (the
 #           shipped judge's is committed: docs/evaluations/judge-esconv/qwen15/steps-500); both judges'
 #           per-item verdicts come back in predictions.tar.xz; each judge's contrast is its own process and folder
-#   calibrate  carry .gpu-judge compeer_proto, the full tree (slim.sh restore): the shipped judge's verdict
+#   calibrate  carry .gpu-judge compeer_proto, the adapters' weights (slim.sh weights): the shipped judge's verdict
 #           temperature (calibrate() below); $R/CALIBRATED once $R/shipped-cal has it; `wait` brings the rest
 #   contrast  carry .gpu-judge: the shipped judge's reward AUC on CONTRAST_GROUPS (120) valid groups, both
 #           references, in the background (~5 minutes of an H200); `wait` brings contrast-shipped in evals.tar
@@ -164,7 +164,7 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   # the shipped judge measured beside the new one needs its weights in this call's tree (2026-11-30: a call made with
   # the slim tree of tools/gpu/slim.sh trained, but both of the shipped judge's measurements failed at once)
   if { [ -n "${SHIPPED_CARD:-}" ] || [ "${SHIPPED_EVAL:-1}" = 1 ]; } && [ ! -f $shipped/adapter_model.safetensors ]; then
-    echo "adversarial: $shipped has no weights in this tree (bash tools/gpu/slim.sh restore before this call, or" \
+    echo "adversarial: $shipped has no weights in this tree (bash tools/gpu/slim.sh weights, or slim.sh restore, before this call, or" \
       "SHIPPED_EVAL=0 without SHIPPED_CARD)" >&2
     return 1
   fi
@@ -218,7 +218,7 @@ calibrate() {  # issue 23's verdict temperature, one card: the shipped judge's r
   # ($R/shipped-cal, e.g. for a GRPO run: JUDGE_ADAPTER). The data: the fourth round's (CAL_NEGATIVES; same sha256)
   local shipped=$SHIPPED pids=() rc=0
   [ -f $shipped/adapter_model.safetensors ] || { echo "calibrate: $shipped has no weights in this tree" \
-    "(bash tools/gpu/slim.sh restore before this call)" >&2; return 1; }
+    "(bash tools/gpu/slim.sh weights, or slim.sh restore, before this call)" >&2; return 1; }
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl ${CAL_NEGATIVES:-\
 data_builder/data/policy_negatives_grpo_round2.jsonl data_builder/data/policy_negatives_grpo_round3.jsonl \
 data_builder/data/policy_negatives_grpo_round5.jsonl.xz data_builder/data/policy_negatives_loop_valid_misfit.jsonl.xz}" \

@@ -3,8 +3,11 @@
 # larger and fewer calls carry them (2026-11-30: a 47.9 MB tree left 17.1 MB a part, 99 calls of ~5 s held each; with
 # the paths below set aside the tree is ~6 MB and a part ~58 MB).
 #   bash tools/gpu/slim.sh hide      before the staging scripts (they size the parts from the tree as it is then)
-#   bash tools/gpu/slim.sh restore   before the first call that runs more than `vllm_judge.sh install` (`stage`
-#                                    merges the shipped adapters; runs and evaluations read the data and docs)
+#   bash tools/gpu/slim.sh weights   before the first call that runs more than `vllm_judge.sh install`: brings
+#                                    back the shipped adapters' weights (`stage` merges them, evaluations read them)
+#                                    and keeps the committed figures aside, which no call on the device reads (the
+#                                    tree with them was 65 MB on 2026-12-01, too large beside .gpu-judge + .gpu-loop)
+#   bash tools/gpu/slim.sh restore   everything back, here, before committing figures under SLIM_PATHS
 #   bash tools/gpu/slim.sh status
 # What is set aside (SLIM_PATHS in carry.sh: the shipped adapters' weights and the committed figures; none of them is
 # read by `vllm_judge.sh install`) goes into .gpu-hidden/hidden.tar (ignored by git), and git is told to leave those
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/../.."
 H=.gpu-hidden
 mb() { awk -v b="$1" 'BEGIN {printf "%.1f MB", b / 1e6}'; }
 
-case "${1:?hide|restore|status}" in
+case "${1:?hide|weights|restore|status}" in
 hide)
   [ ! -e "$H/hidden.tar" ] || { echo "slim: already hidden ($H/hidden.tar); bash tools/gpu/slim.sh restore first" >&2; exit 1; }
   changed=$(git status --porcelain --untracked-files=all -- "${SLIM_PATHS[@]}")
@@ -30,6 +33,12 @@ hide)
   xargs -0 git update-index --skip-worktree -- < "$H/files"
   tar -cf "$H/hidden.tar" --null -T "$H/files" --remove-files
   echo "slim: $(tr -cd '\0' < "$H/files" | wc -c) files set aside; the tree that travels: $(mb "$before") -> $(mb "$(tree_bytes)")"
+  ;;
+weights)
+  [ -e "$H/hidden.tar" ] || { echo "slim: nothing hidden"; exit 0; }
+  # still skip-worktree in git's view (restore clears that); only the weights come back
+  tar -xf "$H/hidden.tar" --wildcards 'judge/adapters/*/adapter_model.safetensors'
+  echo "slim: the adapters' weights are back, the figures still aside; the tree that travels: $(mb "$(tree_bytes)")"
   ;;
 restore)
   [ -e "$H/hidden.tar" ] || { echo "slim: nothing hidden"; exit 0; }
@@ -46,6 +55,6 @@ status)
   echo "the tree that travels: $(mb "$(tree_bytes)")"
   ;;
 *)
-  echo "usage: bash tools/gpu/slim.sh hide|restore|status" >&2; exit 2
+  echo "usage: bash tools/gpu/slim.sh hide|weights|restore|status" >&2; exit 2
   ;;
 esac

@@ -121,7 +121,7 @@ install)
 stage)
   # the shipped adapters are merged below: a tree slimmed for the carry calls (tools/gpu/slim.sh) lacks their weights
   ls judge/adapters/*/adapter_model.safetensors > /dev/null 2>&1 \
-    || { echo "the shipped adapters' weights are not in this tree: run 'bash tools/gpu/slim.sh restore' here first" >&2; exit 1; }
+    || { echo "the shipped adapters' weights are not in this tree: run 'bash tools/gpu/slim.sh weights' (or slim.sh restore) here first" >&2; exit 1; }
   [ -f /tmp/vsite/.compeer-vllm ] || { echo "vLLM is not installed yet (install with every .gpu-vllm part)" >&2; exit 1; }
   # the SmolLM2 GGUF joined and checked (from stage.sh's g1 .. gN), /tmp/smollm2 (the policy's base) and MiniLM
   bash tools/gpu/device_evidence.sh prepare || exit 1
