@@ -493,6 +493,8 @@ def test_slim_sets_the_figures_and_adapters_aside_and_restores_them_byte_for_byt
     assert (tmp_path / weights).read_bytes() == aside[weights]
     assert not any((tmp_path / rel).exists() for rel in aside if rel != weights)
     assert tree() < whole - 150_000 and git("status", "--porcelain") == ""
+    skipped = [line[2:] for line in git("ls-files", "-v").splitlines() if line.startswith("S ")]
+    assert weights not in skipped and len(skipped) == len(aside) - 1  # the weights are ordinary tracked files again
     slim("restore")
     assert all((tmp_path / rel).read_bytes() == data for rel, data in {**aside, **stays}.items())
     assert git("status", "--porcelain") == "" and tree() == whole

@@ -36,8 +36,11 @@ hide)
   ;;
 weights)
   [ -e "$H/hidden.tar" ] || { echo "slim: nothing hidden"; exit 0; }
-  # still skip-worktree in git's view (restore clears that); only the weights come back
+  # only the weights come back, as ordinary tracked files again (what the `run` tool copies as it copies the whole
+  # restored tree); the figures stay aside and skip-worktree until `restore`
   tar -xf "$H/hidden.tar" --wildcards 'judge/adapters/*/adapter_model.safetensors'
+  tr '\0' '\n' < "$H/files" | grep '^judge/adapters/.*/adapter_model\.safetensors$' \
+    | xargs -r git update-index --no-skip-worktree --
   echo "slim: the adapters' weights are back, the figures still aside; the tree that travels: $(mb "$(tree_bytes)")"
   ;;
 restore)
