@@ -1,47 +1,41 @@
 """Does the training judge (v3) pay more for a reply that names *Question*, on valid prompts, off the GRPO groups?
 Paired by prompt: the prompts where exactly one of (a) and (c) names Question (both format-valid, both judged, both
-scored by the independent scorer); per pair the Question reply's preference reward, total and independent win minus
-the other reply's, with a bootstrap 95% interval over pairs; split by whether the annotated strategy is Question.
-    python question_pay.py SEED0      # a loop folder with eval/a and eval/c (inputs/results.tar.xz)"""
-import json
-import random
+scored by the independent scorer); the Question reply's preference reward, total and independent win against the
+other reply's, with the loop report's ``compeer_loop.stats.paired_difference`` (paired bootstrap 95% interval over
+prompts, sign-flip permutation p); split by whether the annotated strategy is Question.
+    PYTHONPATH=. python docs/evaluations/compeer-loop/qwen15-v3-2026-12-01/question_pay.py SEED0
+    # a loop folder with eval/a and eval/c (inputs/results.tar.xz)"""
 import statistics as st
 import sys
 from pathlib import Path
 
+from compeer_loop.prompts import read_jsonl
+from compeer_loop.stats import paired_difference
+
+SCORES = {"preference": "reward_preference", "total": "reward_total", "independent win": "independent_win"}
+
 
 def records(root: Path, arm: str) -> dict[str, dict]:
-    return {r["id"]: r for r in map(json.loads, (root / "eval" / arm / "records.jsonl").open())}
+    return {r["id"]: r for r in read_jsonl(root / "eval" / arm / "records.jsonl")}
 
 
 def usable(r: dict) -> bool:
     return r.get("judge_status") == "ok" and bool(r.get("format_ok")) and r.get("independent_status") == "ok"
 
 
-def ci(d: list[float]) -> str:
-    rng = random.Random(0)
-    boots = sorted(st.mean(rng.choice(d) for _ in d) for _ in range(2000))
-    return f"{st.mean(d):+.3f} [{boots[50]:+.3f}, {boots[1949]:+.3f}]"
-
-
 root = Path(sys.argv[1])
 A, C = records(root, "a"), records(root, "c")
-pairs = []
+pairs = {}  # prompt id -> (the reply naming Question, the other)
 for k, a in A.items():
     c = C.get(k)
-    if c is None or not (usable(a) and usable(c)):
-        continue
-    qa, qc = a.get("strategy") == "Question", c.get("strategy") == "Question"
-    if qa == qc:
-        continue
-    q, o = (a, c) if qa else (c, a)
-    pairs.append({"pref": q["reward_preference"] - o["reward_preference"], "total": q["reward_total"] - o["reward_total"],
-                  "indep": q["independent_win"] - o["independent_win"],
-                  "words": len(q["text"].split()) - len(o["text"].split()),
-                  "gold_question": q.get("gold_strategy") == "Question"})
-for name, keep in (("all", lambda p: True), ("annotated not Question", lambda p: not p["gold_question"]),
-                   ("annotated Question", lambda p: p["gold_question"])):
-    s = [p for p in pairs if keep(p)]
-    print(f"{name} (n {len(s)}): Question reply minus the other, preference {ci([p['pref'] for p in s])}, "
-          f"total {ci([p['total'] for p in s])}, independent win {ci([p['indep'] for p in s])}, "
-          f"words {st.mean(p['words'] for p in s):+.1f}")
+    if c is not None and usable(a) and usable(c) and (a.get("strategy") == "Question") != (c.get("strategy") == "Question"):
+        pairs[k] = (a, c) if a.get("strategy") == "Question" else (c, a)
+for name, keep in (("all", lambda q: True), ("annotated not Question", lambda q: q.get("gold_strategy") != "Question"),
+                   ("annotated Question", lambda q: q.get("gold_strategy") == "Question")):
+    sel = {k: p for k, p in pairs.items() if keep(p[0])}
+    parts = []
+    for label, field in SCORES.items():
+        d = paired_difference({k: q[field] for k, (q, _) in sel.items()}, {k: o[field] for k, (_, o) in sel.items()})
+        parts.append(f"{label} {d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (p {d['p']:.4f})")
+    words = st.mean(len(q["text"].split()) - len(o["text"].split()) for q, o in sel.values())
+    print(f"{name} (n {len(sel)}): Question reply minus the other, {', '.join(parts)}, words {words:+.1f}")
