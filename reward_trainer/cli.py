@@ -56,6 +56,8 @@ class JudgingFlags:
     taxonomy: str | None = setting(None, help="strategy taxonomy YAML; None: the packaged one")
     base: bool = setting(True, help="the untrained base judge rows")  # --no-base skips them
     audit: bool = setting(True, help="the Fig. 5a inconsistency audit")  # --no-audit skips it
+    save_texts: bool = setting(False, help="judge-eval: each item's judge outputs (the rounds' rationales and "
+                                           "verdicts) in predictions.jsonl as `texts` (they may quote the dialogue)")
     auditor_backend: str | None = setting(None, help="auditing LLM backend; None: --backend's")
     auditor_model: str | None = setting(None, help="auditing LLM model; None: --model's")
 
@@ -182,7 +184,7 @@ def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
                            settings=settings, concurrency=flags.concurrency, rationale_bound=flags.rationale_bound)
     return EvalOptions(data_dir=Path(data), out_dir=Path(out), runtime=runtime, max_items=flags.max_items,
                        include_base=flags.base, audit=flags.audit, auditor_backend=flags.auditor_backend,
-                       auditor_model=flags.auditor_model)
+                       auditor_model=flags.auditor_model, save_texts=flags.save_texts)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -4,7 +4,8 @@ Rows per variant: the trained judge (base + its adapter), the untrained base jud
 the majority class (per component, taken from the train split). Output: ``OUT/metrics.json`` (per variant the
 keys of :data:`reward_trainer.metrics.METRIC_KEYS`, ``judge``, ``adapter`` and ``baselines``), ``OUT/report.md``,
 ``OUT/confusion_<variant>_<judge>.png`` and ``OUT/predictions.jsonl`` (item keys, gold labels, verdicts and, from a
-graded judge, the label probabilities; no text: ``compeer-train judge-calibrate`` fits verdict temperatures on them).
+graded judge, the label probabilities; ``compeer-train judge-calibrate`` fits verdict temperatures on them). No text
+unless ``save_texts`` (``--save-texts``): then each row's ``texts`` holds the judge's outputs, one per round.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class EvalOptions:
     audit: bool = True
     auditor_backend: str | None = None
     auditor_model: str | None = None
+    #: write the judge's outputs (one text per round) into predictions.jsonl; off by default (they may quote the dialogue)
+    save_texts: bool = False
 
     def all_variants(self) -> list[str]:
         """Variants with an adapter first, then the extra ones asked for, each once, in VARIANTS order."""
@@ -190,6 +193,8 @@ async def evaluate(options: EvalOptions) -> dict[str, Any]:
                         "gold": {c: label_str(x) for c, x in gold[p.key].items()}}
                     if p.probs:
                         row["probs"] = p.probs
+                    if options.save_texts:
+                        row["texts"] = p.texts
                     fh.write(json.dumps(row) + "\n")
     log.info("evaluation written to %s (%.0f s)", out_dir, time.monotonic() - started)
     return metrics

@@ -89,8 +89,11 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     # 4. the evaluation report: trained, base and majority rows with every column
     out = tmp_path / "eval"
     assert main(["judge-eval", "--adapter", str(adapter), "--data", str(data), "--out", str(out), "--device", "cpu",
-                 "--max-items", "1", "--max-tokens", "20", "--max-retries", "0"]) == 0
+                 "--max-items", "1", "--max-tokens", "20", "--max-retries", "0", "--save-texts"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    rows = [json.loads(ln) for ln in (out / "predictions.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if r["judge"] == "trained" and r["variant"] == "unified"]
+    assert len(trained) == 1 and len(trained[0]["texts"]) == 4  # --save-texts: the four rounds' outputs
     entry = metrics["unified"]
     assert entry["judge"] == "trained" and entry["adapter"] == str(adapter)
     assert set(METRIC_KEYS) <= set(entry)

@@ -300,7 +300,11 @@ def test_an_adversarial_rerun_with_adv_eval_0_retrains_only(tmp_path: Path) -> N
     done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env=env, cwd=GPU.parents[1],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1  # the (fake) evaluation was started and failed
-    assert "reward_trainer.cli judge-eval" in calls.read_text()
+    assert "reward_trainer.cli judge-eval" in calls.read_text() and "--save-texts" not in calls.read_text()
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "adversarial-run"], env={**env, "SAVE_TEXTS": "1"},
+                          cwd=GPU.parents[1], capture_output=True, text=True, timeout=120, check=False)
+    evals = [line for line in calls.read_text().splitlines() if "judge-eval" in line and "--save-texts" in line]
+    assert len(evals) == 1 and "--out " in evals[0] and "eval-adv" in evals[0]  # the retrained judge's rationales
 
 
 def test_an_adversarial_round_of_the_135m_judge_measures_the_135m_judge_beside_it(tmp_path: Path) -> None:

@@ -323,13 +323,17 @@ def test_judging_commands_take_the_servers_rationale_bound() -> None:
 
     args = make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o", "--backend", "vllm",
                                      "--rationale-bound", "max_tokens"])
-    runtime = eval_options(args, "d", "o").runtime
+    options = eval_options(args, "d", "o")
+    runtime = options.runtime
     assert runtime.rationale_bound == "max_tokens"
+    assert options.save_texts is False  # the judge's outputs stay out of predictions.jsonl unless asked for
     assert engine_of(runtime, None).bound == "max_tokens"
     assert model_ref(runtime).bound == "max_tokens"  # what metrics.json's meta records
     assert engine_of(runtime, None, backend="transformers").bound == "line"  # auto there
     args = make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o",
                                      "--backend", "transformers", "--rationale-bound", "max_tokens"])
+    assert eval_options(make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o",
+                                                  "--save-texts"]), "d", "o").save_texts is True
     with pytest.raises(ValueError, match="rationale_bound 'max_tokens': the transformers engine takes auto, line"):
         eval_options(args, "d", "o")
 

@@ -185,8 +185,10 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   # already measured, e.g. for a device_evidence.sh run against it: its committed figures hold if the sha256 above
   # matches theirs)
   if [ "${ADV_EVAL:-1}" != 1 ]; then for p in "${pids[@]}"; do wait "$p" || rc=1; done; return $rc; fi
+  # SAVE_TEXTS=1: the retrained judge's outputs (rationales) in its predictions.jsonl too (judge-eval --save-texts)
+  local texts=(); [ "${SAVE_TEXTS:-0}" = 1 ] && texts=(--save-texts)
   python3 -m reward_trainer.cli judge-eval --data "$D2" --out $R/eval-adv --adapter $R/unified-adv-bf16 \
-    --adapter reply=$R/unified-adv-bf16 --no-base "${EVAL[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
+    --adapter reply=$R/unified-adv-bf16 --no-base "${EVAL[@]}" "${texts[@]}" > $R/eval-adv.log 2>&1 & pids+=($!)
   if [ -n "${SHIPPED_CARD:-}" ]; then
     python3 -m reward_trainer.cli judge-contrast "${contrast[@]}" --out $R/contrast-adv \
       --adapter adversarial=$R/unified-adv-bf16 "${EVAL[@]}" > $R/contrast-adv.log 2>&1 & pids+=($!)
