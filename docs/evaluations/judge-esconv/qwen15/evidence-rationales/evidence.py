@@ -12,6 +12,7 @@ from collections import Counter
 
 from sklearn.metrics import cohen_kappa_score
 
+from cer.reasoning import parse
 from cer.taxonomy import load_taxonomy, named_strategy
 from reward_trainer.predict import item_key
 
@@ -52,7 +53,7 @@ for kind, ks in sorted(by_kind.items()):
     print(f"  {kind}: n {len(ks)}; new {hit['new']} ({hit['new'] / len(ks):.1%}), v3 {hit['v3']} ({hit['v3'] / len(ks):.1%})")
 
 taxonomy = load_taxonomy()
-said, truth = [], []
+said, truth, named_by_candidate, kinds = [], [], [], []
 missing = 0
 for k in keys:
     annotated = items[k]["construction"].get("reply_strategy")
@@ -64,6 +65,9 @@ for k in keys:
         continue
     said.append(named_strategy(texts[2], taxonomy) or "(none)")
     truth.append(annotated)
+    parts = parse(items[k]["candidate"]).parts
+    named_by_candidate.append(named_strategy(parts.get("strategy") or "", taxonomy) or "(none)")
+    kinds.append(kind_of(items[k]))
 n = len(truth)
 if n:
     agree = sum(1 for s, t in zip(said, truth) if s == t)
@@ -71,10 +75,22 @@ if n:
     kappa = cohen_kappa_score(truth, said)
     out["rationale_names_reply_strategy"] = {"n": n, "agree": agree, "share": agree / n, "majority": top,
                                              "majority_share": top_n / n, "kappa": kappa, "no_text": missing,
-                                             "names_none": said.count("(none)")}
+                                             "names_none": said.count("(none)"), "by_kind": {}}
     print(f"step-3 rationale names the reply's annotated strategy first: {agree} of {n} ({agree / n:.1%}); majority "
           f"strategy {top} {top_n / n:.1%}; Cohen's kappa {kappa:.3f}; names none {said.count('(none)')}; "
           f"items without saved texts {missing}")
+    # where the candidate names another strategy than its reply carries out, agreeing with the annotation is not
+    # copying the named one: the figure that says whether the rationale reads the reply
+    print("  per kind: the rationale names the reply's strategy / the candidate's named strategy")
+    for kind in sorted(set(kinds)):
+        idx = [i for i, x in enumerate(kinds) if x == kind]
+        rs = sum(1 for i in idx if said[i] == truth[i])
+        cs = sum(1 for i in idx if said[i] == named_by_candidate[i])
+        differs = sum(1 for i in idx if truth[i] != named_by_candidate[i])
+        out["rationale_names_reply_strategy"]["by_kind"][kind] = {
+            "n": len(idx), "reply_strategy": rs, "named_strategy": cs, "named_differs_from_reply": differs}
+        print(f"    {kind}: n {len(idx)} (named differs from the reply's: {differs}); reply's {rs} "
+              f"({rs / len(idx):.1%}), named {cs} ({cs / len(idx):.1%})")
 else:
     print(f"no item with an annotated reply strategy and saved step-3 text (without texts: {missing})")
 if len(sys.argv) > 4:
