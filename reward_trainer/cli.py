@@ -56,8 +56,6 @@ class JudgingFlags:
     taxonomy: str | None = setting(None, help="strategy taxonomy YAML; None: the packaged one")
     base: bool = setting(True, help="the untrained base judge rows")  # --no-base skips them
     audit: bool = setting(True, help="the Fig. 5a inconsistency audit")  # --no-audit skips it
-    save_texts: bool = setting(False, help="judge-eval: each item's judge outputs (the rounds' rationales and "
-                                           "verdicts) in predictions.jsonl as `texts` (they may quote the dialogue)")
     auditor_backend: str | None = setting(None, help="auditing LLM backend; None: --backend's")
     auditor_model: str | None = setting(None, help="auditing LLM model; None: --model's")
 
@@ -114,6 +112,8 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--variants", default="", help="comma list of extra variants to evaluate with base/majority rows")
     e.add_argument("--data", required=True, help="judge_sft folder (parent of unified/ prm/ orm/)")
     e.add_argument("--out", required=True, help="report folder (report.md, metrics.json, PNGs)")
+    e.add_argument("--save-texts", action="store_true", help="each item's judge outputs (the rounds' rationales and "
+                   "verdicts) in predictions.jsonl as `texts` (off by default: they may quote the dialogue)")
 
     c = sub.add_parser("judge-contrast", parents=[_eval_flags()],
                        help="reward AUC: a real turn vs each kind of negative (compeer-data contrast groups)")
@@ -167,7 +167,7 @@ def parse_adapters(values: list[str]) -> dict[str, str]:
 
 
 def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
-    """EvalOptions from the shared judging flags."""
+    """EvalOptions from the shared judging flags (and judge-eval's own --save-texts; off for the other commands)."""
     from judge.factory import EngineChoice
     from judge.protocol import JudgeSettings
     from judge.settings import from_namespace
@@ -184,7 +184,7 @@ def eval_options(args: argparse.Namespace, data: str, out: str) -> Any:
                            settings=settings, concurrency=flags.concurrency, rationale_bound=flags.rationale_bound)
     return EvalOptions(data_dir=Path(data), out_dir=Path(out), runtime=runtime, max_items=flags.max_items,
                        include_base=flags.base, audit=flags.audit, auditor_backend=flags.auditor_backend,
-                       auditor_model=flags.auditor_model, save_texts=flags.save_texts)
+                       auditor_model=flags.auditor_model, save_texts=getattr(args, "save_texts", False))
 
 
 def _train(args: argparse.Namespace) -> int:

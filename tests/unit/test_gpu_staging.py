@@ -375,6 +375,27 @@ def test_calibrate_fits_on_raw_probabilities_and_writes_a_copy_of_the_shipped_ad
         b"weights"
 
 
+def test_contrast_of_a_candidate_adapter_on_carried_groups(tmp_path: Path) -> None:
+    """``judge_qwen.sh contrast`` with ``CONTRAST_ADAPTER`` and ``CONTRAST_GROUPS_FILE``: the candidate judge (not the
+    shipped one) on the carried groups, into contrast-candidate; an adapter folder without weights stops first."""
+    tree, run, calls, env = _slim_tree(tmp_path, '[ "$1 $2" = "-m reward_trainer.cli" ] && exit 0\n')
+    cand = tree / ".gpu-judge" / "adapter"
+    cand.mkdir(parents=True)
+    env.update({"CONTRAST_ADAPTER": f"evidence={cand}", "CONTRAST_GROUPS_FILE": str(tree / ".gpu-judge/groups.jsonl")})
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "contrast-run"], env=env, cwd=tree,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and f"{cand} has no adapter weights" in done.stderr
+    assert "reward_trainer.cli" not in (calls.read_text() if calls.exists() else "")
+    (cand / "adapter_model.safetensors").write_bytes(b"weights")
+    done = subprocess.run(["bash", str(GPU / "judge_qwen.sh"), "contrast-run"], env=env, cwd=tree,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    [line] = [ln for ln in calls.read_text().splitlines() if ln.startswith("-m reward_trainer.cli")]
+    assert line.startswith("-m reward_trainer.cli judge-contrast ")
+    assert f"--groups {tree}/.gpu-judge/groups.jsonl" in line and f"--adapter evidence={cand}" in line
+    assert f"--out {run}/contrast-candidate" in line and "--max-items 120" in line and str(SHIPPED) not in line
+
+
 def test_minilm_parts_are_joined_once_every_part_is_here(tmp_path: Path) -> None:
     """MiniLM travels in parts like the GGUF (``stage.sh``'s c6, c7 once the tree left no room for one folder): the
     device side names the folders still missing and joins the archive only when all of them were carried."""

@@ -334,6 +334,8 @@ def test_judging_commands_take_the_servers_rationale_bound() -> None:
                                      "--backend", "transformers", "--rationale-bound", "max_tokens"])
     assert eval_options(make_parser().parse_args(["judge-eval", "--adapter", "a", "--data", "d", "--out", "o",
                                                   "--save-texts"]), "d", "o").save_texts is True
+    with pytest.raises(SystemExit):  # judge-eval's own flag: judge-contrast does not take it silently
+        make_parser().parse_args(["judge-contrast", "--groups", "g", "--out", "o", "--save-texts"])
     with pytest.raises(ValueError, match="rationale_bound 'max_tokens': the transformers engine takes auto, line"):
         eval_options(args, "d", "o")
 

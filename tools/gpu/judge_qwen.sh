@@ -26,6 +26,8 @@
 #           temperature (calibrate() below); $R/CALIBRATED once $R/shipped-cal has it; `wait` brings the rest
 #   contrast  carry .gpu-judge: the shipped judge's reward AUC on CONTRAST_GROUPS (120) valid groups, both
 #           references, in the background (~5 minutes of an H200); `wait` brings contrast-shipped in evals.tar
+#           (CONTRAST_ADAPTER=NAME=.gpu-judge/<folder> and CONTRAST_GROUPS_FILE=.gpu-judge/groups.jsonl: a candidate
+#           judge's adapter on groups built here; `wait` brings contrast-candidate)
 # The pipeline (log /tmp/qwen-run/pipeline.log): train unified, prm, orm at once -> evaluate unified (+ reply, base,
 # majority) and prm + orm at once -> DONE. STEPS overrides the profile's steps (a smoke run).
 set -uo pipefail
@@ -243,10 +245,16 @@ data_builder/data/policy_negatives_grpo_round5.jsonl.xz data_builder/data/policy
 }
 
 contrast_shipped() {  # the shipped judge's reward AUC on the first CONTRAST_GROUPS (120) valid contrast groups, both
-  # references (the figure the 400-step judge has on 40 groups from a CPU only; docs/evaluations/judge-esconv/qwen15)
-  python3 -m reward_trainer.cli judge-contrast --groups $W/contrast/groups.jsonl --no-base \
-    --max-items "${CONTRAST_GROUPS:-120}" --out $R/contrast-shipped \
-    --adapter shipped=$SHIPPED "${EVAL[@]}" > $R/contrast-shipped.log 2>&1
+  # references (the figure the 400-step judge has on 40 groups from a CPU only; docs/evaluations/judge-esconv/qwen15).
+  # CONTRAST_ADAPTER=NAME=PATH: a candidate judge's adapter instead (e.g. one committed under its results, copied into
+  # .gpu-judge), into contrast-candidate; CONTRAST_GROUPS_FILE: groups built elsewhere (e.g. with the policy-made
+  # negatives of a round, as the committed contrasts were: tools/gpu/esconv_data.sh with POLICY_NEGATIVES), carried
+  local spec=${CONTRAST_ADAPTER:-shipped=$SHIPPED} out=contrast-shipped
+  [ -z "${CONTRAST_ADAPTER:-}" ] || out=contrast-candidate
+  [ -f "${spec#*=}/adapter_model.safetensors" ] || { echo "contrast: ${spec#*=} has no adapter weights (carry them; for the" \
+    "shipped judge: bash tools/gpu/slim.sh weights, or slim.sh restore, before this call)" >&2; return 1; }
+  python3 -m reward_trainer.cli judge-contrast --groups "${CONTRAST_GROUPS_FILE:-$W/contrast/groups.jsonl}" --no-base \
+    --max-items "${CONTRAST_GROUPS:-120}" --out $R/$out --adapter "$spec" "${EVAL[@]}" > $R/$out.log 2>&1
 }
 
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
@@ -258,7 +266,7 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
       orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
       grpo1 grpo2 adv-pn data2/counts.txt build2.log eval-adv eval-shipped contrast-adv contrast-shipped \
-      unified-adv/compeer_judge.json eval-raw contrast-raw calibration shipped-cal/compeer_judge.json; do
+      unified-adv/compeer_judge.json eval-raw contrast-raw contrast-candidate calibration shipped-cal/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
   # the two judges' per-item verdicts on the same valid items (for a paired comparison), xz-compressed
@@ -306,7 +314,8 @@ finish|adversarial|contrast|calibrate)  # prepare, then finish() / adversarial()
   # alone; adversarial after tools/gpu/vllm_judge.sh stage, and `ADAPTER=unified-adv collect` brings its retrained
   # adapter)
   # an adversarial round from labelled negatives (ADV_NEGATIVES) needs only its rebuilt data (~60 s less)
-  if { [ "$1" = adversarial ] && [ -n "${ADV_NEGATIVES:-}" ]; } || [ "$1" = calibrate ]; then prepare nodata || exit 1
+  if { [ "$1" = adversarial ] && [ -n "${ADV_NEGATIVES:-}" ]; } || [ "$1" = calibrate ] \
+    || { [ "$1" = contrast ] && [ -n "${CONTRAST_GROUPS_FILE:-}" ]; }; then prepare nodata || exit 1
   else prepare || exit 1; fi
   # the generated gRPC code (carry compeer_proto) kept where the background run finds it whatever later calls carry
   [ -f compeer_proto/reward/v1/reward_pb2.py ] && cp -r compeer_proto /tmp/site/
