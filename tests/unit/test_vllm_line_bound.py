@@ -190,17 +190,26 @@ def test_processor_follows_the_batch_and_masks_what_would_overflow() -> None:
 @needs_vllm
 @needs_model
 @pytest.mark.slow
-async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
-    """The judge's rounds with the ``line`` bound on vLLM-CPU: every answer is one the counted repetition accepts and
-    the bound binds, held by the logits processor (not by the cut). (No comparison with the counted regex's greedy
-    answer: vLLM-CPU runs bfloat16, and a batch of another shape already changes the first token.)"""
+async def test_line_and_counted_bounds_on_the_real_vllm_cpu_engine_with_the_guidance_backend() -> None:
+    """One vLLM-CPU engine (each start costs ~2 min of CI) for two paths:
+    - the judge's rounds with the ``line`` bound: every answer is one the counted repetition accepts and the bound
+      binds, held by the logits processor (not by the cut). (No comparison with the counted regex's greedy answer:
+      vLLM-CPU runs bfloat16, and a batch of another shape already changes the first token.)
+    - ``--structured-outputs-backend guidance`` (llguidance: the counted bound's masks 4-6x cheaper than xgrammar's at
+      Qwen's vocabulary, bench.grammar_fill) and the scheduler's step budget reach vLLM (an AsyncLLM's own default
+      is 2,048), the engine's identity names the backend, and a request with the counted regex alone (no line
+      bound) gets an answer that regex accepts."""
     from judge.engines.vllm_engine import RESERVED_CPU_ENV, VllmEngine
 
+    settings = VllmSettings(kv_cache_gib=0.5, structured_outputs_backend="guidance", max_num_batched_tokens=4096)
     engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
-                                     rationale_bound="line", vllm=VllmSettings(kv_cache_gib=0.5)))
+                                     rationale_bound="line", vllm=settings))
+    assert engine.identity()["structured_outputs_backend"] == "guidance"
     await engine.start()
     try:
         assert os.environ[RESERVED_CPU_ENV] == "0"  # the default: vLLM-CPU computes on every core
+        assert engine._llm.vllm_config.structured_outputs_config.backend == "guidance"
+        assert engine._llm.vllm_config.scheduler_config.max_num_batched_tokens == 4096
         components = [("step1",), ("preference",)]
         chat = [{"role": "user", "content": "Explain at length why people feel lonely after moving to a new city."}]
         bounded = await asyncio.gather(*(
@@ -210,34 +219,10 @@ async def test_line_bound_on_the_real_vllm_cpu_engine() -> None:
             assert r.finish_reason == "stop" and re.fullmatch(round_regex(c, 24), r.text), r
         assert max(len(r.text.split("\n")[0]) for r in bounded) >= len("Rationale: ") + 20  # the bound did bind
         assert engine.overlong_lines == 0  # the processor held the bound; the cut never had to
-    finally:
-        await engine.stop()
-
-
-@needs_vllm
-@needs_model
-@pytest.mark.slow
-async def test_the_guidance_backend_constrains_the_counted_bound_on_the_real_vllm_cpu_engine() -> None:
-    """``--structured-outputs-backend guidance`` (llguidance: the counted bound's masks 4-6x cheaper than
-    xgrammar's at Qwen's vocabulary, bench.grammar_fill) reaches vLLM, and every answer is one the round's counted
-    regex accepts; the engine's identity names the backend."""
-    from judge.engines.vllm_engine import VllmEngine
-
-    # and the scheduler's step budget reaches it too (an AsyncLLM's own default is 2,048)
-    settings = VllmSettings(kv_cache_gib=0.5, structured_outputs_backend="guidance", max_num_batched_tokens=4096)
-    engine = VllmEngine(EngineConfig(backend="vllm", model_path=str(MODEL_PATH), max_model_len=1024,
-                                     rationale_bound="counted", vllm=settings))
-    assert engine.identity()["structured_outputs_backend"] == "guidance"
-    await engine.start()
-    try:
-        assert engine._llm.vllm_config.structured_outputs_config.backend == "guidance"
-        assert engine._llm.vllm_config.scheduler_config.max_num_batched_tokens == 4096
-        chat = [{"role": "user", "content": "Explain at length why people feel lonely after moving to a new city."}]
-        components = [("step1",), ("preference",)]
-        done = await asyncio.gather(*(
+        counted = await asyncio.gather(*(
             engine.generate(chat, GenParams(max_tokens=48, regex=round_regex(c, 24)), f"g{i}")
             for i, c in enumerate(components)))
-        for c, r in zip(components, done):
+        for c, r in zip(components, counted):
             assert r.finish_reason == "stop" and re.fullmatch(round_regex(c, 24), r.text), r
     finally:
         await engine.stop()
