@@ -165,10 +165,8 @@ adversarial() {  # issue 23's adversarial round, one card: (1) GRPO against the 
   local D2=$R/data2/emit/judge_sft shipped=$SHIPPED pids=() rc=0
   # the shipped judge measured beside the new one needs its weights in this call's tree (2026-11-30: a call made with
   # the slim tree of tools/gpu/slim.sh trained, but both of the shipped judge's measurements failed at once)
-  if { [ -n "${SHIPPED_CARD:-}" ] || [ "${SHIPPED_EVAL:-1}" = 1 ]; } && [ ! -f $shipped/adapter_model.safetensors ]; then
-    echo "adversarial: $shipped has no weights in this tree (bash tools/gpu/slim.sh weights, or slim.sh restore, before this call, or" \
-      "SHIPPED_EVAL=0 without SHIPPED_CARD)" >&2
-    return 1
+  if [ -n "${SHIPPED_CARD:-}" ] || [ "${SHIPPED_EVAL:-1}" = 1 ]; then
+    has_weights adversarial $shipped ", or SHIPPED_EVAL=0 without SHIPPED_CARD" || return 1
   fi
   # the shipped judge's steps (its compeer_judge.json), so that only the training data differs
   local steps; steps=$(python3 -c 'import json; print(json.load(open("'$shipped'/compeer_judge.json"))["steps"])')
@@ -221,8 +219,7 @@ calibrate() {  # issue 23's verdict temperature, one card: the shipped judge's r
   # (cross-fitted by dialogue), recomputes the contrast under it, and writes it into a copy of the adapter
   # ($R/shipped-cal, e.g. for a GRPO run: JUDGE_ADAPTER). The data: the fourth round's (CAL_NEGATIVES; same sha256)
   local shipped=$SHIPPED pids=() rc=0
-  [ -f $shipped/adapter_model.safetensors ] || { echo "calibrate: $shipped has no weights in this tree" \
-    "(bash tools/gpu/slim.sh weights, or slim.sh restore, before this call)" >&2; return 1; }
+  has_weights calibrate $shipped || return 1
   [ -d $R/data2/emit/judge_sft ] || POLICY_NEGATIVES="data_builder/data/policy_negatives.jsonl ${CAL_NEGATIVES:-\
 data_builder/data/policy_negatives_grpo_round2.jsonl data_builder/data/policy_negatives_grpo_round3.jsonl \
 data_builder/data/policy_negatives_grpo_round5.jsonl.xz data_builder/data/policy_negatives_loop_valid_misfit.jsonl.xz}" \
@@ -251,10 +248,16 @@ contrast_shipped() {  # the shipped judge's reward AUC on the first CONTRAST_GRO
   # negatives of a round, as the committed contrasts were: tools/gpu/esconv_data.sh with POLICY_NEGATIVES), carried
   local spec=${CONTRAST_ADAPTER:-shipped=$SHIPPED} out=contrast-shipped
   [ -z "${CONTRAST_ADAPTER:-}" ] || out=contrast-candidate
-  [ -f "${spec#*=}/adapter_model.safetensors" ] || { echo "contrast: ${spec#*=} has no adapter weights (carry them; for the" \
-    "shipped judge: bash tools/gpu/slim.sh weights, or slim.sh restore, before this call)" >&2; return 1; }
+  has_weights contrast "${spec#*=}" "; a candidate's: carry them" || return 1
   python3 -m reward_trainer.cli judge-contrast --groups "${CONTRAST_GROUPS_FILE:-$W/contrast/groups.jsonl}" --no-base \
     --max-items "${CONTRAST_GROUPS:-120}" --out $R/$out --adapter "$spec" "${EVAL[@]}" > $R/$out.log 2>&1
+}
+
+has_weights() {  # $1: who asks, $2: an adapter folder, $3: more of the fix; fails naming the fix when the folder's
+  # weights are not in this call's tree (tools/gpu/slim.sh hide sets the shipped ones aside)
+  [ -f "$2"/adapter_model.safetensors ] && return 0
+  echo "$1: $2 has no weights in this tree (bash tools/gpu/slim.sh weights, or slim.sh restore, before this call${3:-})" >&2
+  return 1
 }
 
 to_bf16() { python3 tools/gpu/adapter_bf16.py "$1"; }  # $1 -> $1-bf16 (LoRA weights shipped in bfloat16)
