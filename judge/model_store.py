@@ -84,6 +84,9 @@ def _save_atomically(target: Path, model: Any, tokenizer: Any, stamp: dict[str, 
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _STAMP).write_text(json.dumps(stamp))
+        done = target / _STAMP
+        if done.exists() and json.loads(done.read_text()) == json.loads(json.dumps(stamp)):
+            return  # another process finished the same conversion first: keep its folder (it may be in use)
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

@@ -216,3 +216,29 @@ def test_an_adapter_on_vllm_cpu_is_served_merged(tmp_path: Path) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+class _SavesFiles:
+    """Stands in for a transformers model or tokenizer: ``save_pretrained`` writes one named file."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def save_pretrained(self, folder: Path) -> None:
+        (Path(folder) / self.name).write_text("weights")
+
+
+def test_a_conversion_another_process_finished_first_is_kept_not_replaced(tmp_path: Path) -> None:
+    """Two test workers (or two servers) converting the same model at once: the second must not delete the folder
+    the first one put in place (an engine may be loading it); a folder of another stamp is still replaced."""
+    from judge.model_store import _save_atomically
+
+    target = tmp_path / "models" / "m-float32"
+    stamp: dict[str, object] = {"model_id": "m", "revision": "r1"}
+    _save_atomically(target, _SavesFiles("model.bin"), _SavesFiles("tok.json"), stamp)
+    (target / "in-use").write_text("an engine reads this folder")
+    _save_atomically(target, _SavesFiles("model.bin"), _SavesFiles("tok.json"), stamp)
+    assert (target / "in-use").exists()
+    assert [p.name for p in target.parent.iterdir()] == ["m-float32"]  # the second conversion's folder is gone
+    _save_atomically(target, _SavesFiles("model.bin"), _SavesFiles("tok.json"), {"model_id": "m", "revision": "r2"})
+    assert not (target / "in-use").exists() and (target / "compeer_model.json").read_text().count("r2") == 1
