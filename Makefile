@@ -59,10 +59,11 @@ $(COMPAT_STAMP): $(COMPAT_LOCK) $(STAMP)
 # -rs: a skipped test says why (the deploy tier skips, with a warning, where no Docker engine answers).
 # TEST_WORKERS pytest-xdist processes (0: none, in-process). Each test module runs whole on one worker, and the tests
 # that share a session-wide real process (the vLLM reward server, the Docker images) on the one that started it
-# (tests/conftest.py); much of the suite waits on processes, images and sockets, so 2 workers fit 2 cores.
+# (tests/conftest.py); much of the suite waits on processes, images and sockets, so 2 workers fit 2 cores. Modules
+# go in collection order (deploy, integration, unit: the long ones first), not xdist's most-tests-first.
 TEST_WORKERS ?= 2
 test: model compat
-	$(BIN)/python -m pytest -q -rs --durations=15 -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -rs --durations=15 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 test-unit: install compat
 	$(BIN)/python -m pytest -q tests/unit
