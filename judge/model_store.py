@@ -83,9 +83,9 @@ def _save_atomically(target: Path, model: Any, tokenizer: Any, stamp: dict[str, 
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / _STAMP).write_text(json.dumps(stamp))
-        done = target / _STAMP
-        if done.exists() and json.loads(done.read_text()) == json.loads(json.dumps(stamp)):
+        text = json.dumps(stamp)
+        (tmp / _STAMP).write_text(text)
+        if (target / _STAMP).exists() and (target / _STAMP).read_text() == text:
             return  # another process finished the same conversion first: keep its folder (it may be in use)
         if target.exists():
             shutil.rmtree(target)

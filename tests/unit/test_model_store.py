@@ -214,9 +214,6 @@ def test_an_adapter_on_vllm_cpu_is_served_merged(tmp_path: Path) -> None:
     assert runtime.adapter == str(adapter) and runtime.model_path == base.path
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
 
 class _SavesFiles:
     """Stands in for a transformers model or tokenizer: ``save_pretrained`` writes one named file."""
@@ -242,3 +239,7 @@ def test_a_conversion_another_process_finished_first_is_kept_not_replaced(tmp_pa
     assert [p.name for p in target.parent.iterdir()] == ["m-float32"]  # the second conversion's folder is gone
     _save_atomically(target, _SavesFiles("model.bin"), _SavesFiles("tok.json"), {"model_id": "m", "revision": "r2"})
     assert not (target / "in-use").exists() and (target / "compeer_model.json").read_text().count("r2") == 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
