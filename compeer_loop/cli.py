@@ -10,6 +10,7 @@
     compeer-loop stop    --root ROOT                 # stop the reward servers run started
     compeer-loop merge   --out ROOT SRC SRC...       # loop folders trained on different machines, into one
     compeer-loop report  --root ROOT --out DIR       # report.md, curves, side-by-side replies
+    compeer-loop across  --run N1=R0,R1 --run N2=R0 --out FILE.md  # arms of two runs, each through its own warm-up
 """
 
 from __future__ import annotations
@@ -82,7 +83,39 @@ def make_parser() -> argparse.ArgumentParser:
     rp.add_argument("--notes", type=Path, help="a written Markdown section put after the conclusion")
     rp.add_argument("--preface", type=Path, help="a Markdown note put verbatim at the top (a correction found after "
                                                  "the run; default: ROOT/notes.md when present)")
+    ac = sub.add_parser("across", help="arms of different runs (their own warm-ups) compared on judge-free scores")
+    ac.add_argument("--run", required=True, action="append", metavar="NAME=ROOT[,ROOT...]",
+                    help="a loop run: its name and its loop folders (one per seed); twice or more")
+    ac.add_argument("--out", type=Path, required=True, help="the Markdown section; its figures go to OUT.json")
+    ac.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples and permutation flips")
+    rp.add_argument("--across-run", action="append", default=[], metavar="NAME=ROOT[,ROOT...]",
+                    help="another run (its folders, one per seed) whose arms are compared with these through each "
+                         "run's own warm-up (`compeer-loop across`); repeatable")
     return p
+
+
+def _runs(items: list[str]) -> dict[str, list[Path]]:
+    """``NAME=ROOT[,ROOT...]`` items -> name -> folders; ValueError on a name given twice."""
+    from compeer_loop.across import parse_run
+
+    runs: dict[str, list[Path]] = {}
+    for text in items:
+        name, roots = parse_run(text)
+        if name in runs:
+            raise ValueError(f"--run {name} given twice")
+        runs[name] = roots
+    return runs
+
+
+def _across(args: argparse.Namespace) -> int:
+    from compeer_loop.across import compare_runs
+
+    text, figures = compare_runs(_runs(args.run), n_boot=args.n_boot)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(figures, indent=1) + "\n")
+    print(args.out)
+    return 0
 
 
 def _eval_steps(items: list[str]) -> dict[str, int]:
@@ -217,10 +250,12 @@ def main(argv: list[str] | None = None) -> int:
             merged = merge_roots(args.sources, args.out)
             print(json.dumps({"root": str(args.out), "arms": merged.arms, "eval_policies": merged.eval_policies}))
             return 0
+        if args.command == "across":
+            return _across(args)
         from compeer_loop.report import write_report
 
         print(write_report(args.root, args.out, args.gpu_log, eval_steps=_eval_steps(args.eval_step),
-                           notes=args.notes, preface=args.preface))
+                           notes=args.notes, preface=args.preface, across=_runs(args.across_run)))
         return 0
     except (ValueError, FileNotFoundError) as exc:
         print(f"compeer-loop {args.command}: {exc}", file=sys.stderr)

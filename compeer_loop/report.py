@@ -16,10 +16,11 @@ only when the paired interval lies above 0 in each seed. ``figures.json`` then g
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compeer_loop.across import across_goals, compare_runs
 from compeer_loop.evaluate import ESC_FILE
 from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings, warmup_length
 from compeer_loop.prompts import read_jsonl
@@ -37,6 +38,7 @@ from compeer_loop.report_runs import (
     gpu_sections,
     judges_and_machines,
     quarters,
+    scored_by_training_weights,
     trained_against,
     write_curves,
 )
@@ -261,16 +263,22 @@ def _prefaces(reps: Sequence[Replicate], preface: Path | None) -> list[str]:
     return [line for text in texts for line in (text.strip(), "")]
 
 
+#: this report's own run, in the section comparing other runs (``across``)
+THIS_RUN = "this"
+
+
 def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None = None, n_boot: int = 1000,
                  eval_steps: dict[str, int] | None = None, notes: Path | None = None,
-                 preface: Path | None = None) -> Path:
+                 preface: Path | None = None, across: Mapping[str, Sequence[Path]] | None = None) -> Path:
     """Write report.md, figures.json and the curves into ``out``; returns the report's path.
 
     ``roots``: one loop folder, or several seed replicates (:func:`compeer_loop.seeds.load_replicates`, which refuses
     two folders of one seed or plans differing in more than the seed); ``eval_steps`` names policies evaluated from
     an earlier checkpoint than ``steps`` (policy -> GRPO step), which the loop folder cannot tell; ``notes`` is a
     written Markdown section ("What happened on the GPU") put after the conclusion; ``preface`` (else each
-    ``ROOT/notes.md`` present) is put verbatim at the top."""
+    ``ROOT/notes.md`` present) is put verbatim at the top; ``across`` (run name -> its folders): other runs whose
+    arms are compared with these through each run's own warm-up (:mod:`compeer_loop.across`; this run is named
+    :data:`THIS_RUN`), a section and goal lines of their own."""
     reps = load_replicates([roots] if isinstance(roots, Path) else list(roots))
     first, s, many = reps[0], reps[0].settings, seeded(reps)
     out.mkdir(parents=True, exist_ok=True)
@@ -284,8 +292,15 @@ def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None =
     paired_text, paired = paired_section(records, seed=s.seed)
     seeds = [r.seed for r in reps]
     checks = goals(figs, paired["pairs"], paired.get("per_seed"), seeds)
-    extra = {"_seeds": {"seeds": seeds, "roots": {str(r.seed): str(r.root) for r in reps},
-                        "policies": seeds_of(records)}} if many else {}
+    if across and THIS_RUN in across:
+        raise ValueError(f"--across-run {THIS_RUN}: the name is this report's own run; name the other run otherwise")
+    across_text, across_figs = (compare_runs({THIS_RUN: [r.root for r in reps], **across}) if across
+                                else ("", {}))
+    checks += across_goals(across_figs, THIS_RUN)
+    extra: dict[str, Any] = {"_across": across_figs} if across_figs else {}
+    if many:
+        extra["_seeds"] = {"seeds": seeds, "roots": {str(r.seed): str(r.root) for r in reps},
+                           "policies": seeds_of(records)}
     (out / "figures.json").write_text(json.dumps({**figs, "_constant_reply": constant, "_paired": paired, **extra},
                                                  indent=1) + "\n")
     curves = write_curves(reps, out)
@@ -315,11 +330,12 @@ def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None =
         *replies_lines(records, labels),
         "",
         "### Independent scorer",
-        independent_section(figs, s.independent_scorer),
+        independent_section(figs, s.independent_scorer, scored_by_training_weights(reps)),
         "",
         "### Paired comparisons between arms",
         paired_text,
         "",
+        *([across_text] if across_text else []),
         "## The issue's goals, checked against these figures",
         *[f"- {g}" for g in checks],
         "",
@@ -358,7 +374,8 @@ def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None =
         *(["# arms trained on more than one machine: export/import the warm-up, then here",
            "compeer-loop merge --out ROOT " + " ".join(p["root"] for p in state["parts"])]
           if state.get("parts") and not many else []),
-        f"compeer-loop report {' '.join(f'--root ROOT{r.seed}' for r in reps) if many else '--root ROOT'} --out {out}",
+        f"compeer-loop report {' '.join(f'--root ROOT{r.seed}' for r in reps) if many else '--root ROOT'} --out {out}"
+        + "".join(f" --across-run {name}={','.join(map(str, roots))}" for name, roots in (across or {}).items()),
         "```",
         "Settings (`ROOT/plan.json`" + (f" of seed {first.seed}; the seeds' folders below)" if many else ")") + ":",
         "```json",

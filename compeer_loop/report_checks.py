@@ -151,8 +151,20 @@ def _compared(f: dict[str, Any]) -> bool:
     return (f.get("independent_unscored") or {}).get("value") is not None
 
 
-def independent_section(figs: Figures, scorer: str | None) -> str:
-    """The independent scorer: who it was and how it scores, or that it was not run for this loop folder."""
+def shared_weights_line(arms: Sequence[str]) -> str:
+    """The caveat for arms the independent scorer is not independent of (``""`` when none):
+    :func:`compeer_loop.report_runs.scored_by_training_weights`."""
+    if not arms:
+        return ""
+    names = ", ".join(f"({a})" for a in arms)
+    return (f" The independent scorer is not independent for {names}: trained against the bare base judge, whose weights the scorer also runs "
+            "(bare, another prompt: which of two replies is better, not UnifiReward's judgment), so "
+            f"{names}'s win share may be raised by its training signal; compare it with that in mind.")
+
+
+def independent_section(figs: Figures, scorer: str | None, shared: Sequence[str] = ()) -> str:
+    """The independent scorer: who it was and how it scores, or that it was not run for this loop folder;
+    ``shared``: the arms trained against the scorer's own weights (:func:`shared_weights_line`)."""
     ran = [p for p, s in figs.items() if _compared(s["figures"])]
     if not ran:
         return ("Not run for this loop folder: its evaluations hold no comparison by the independent scorer "
@@ -166,7 +178,7 @@ def independent_section(figs: Figures, scorer: str | None) -> str:
             "given a win. Answers naming A: far from 50% is position bias, which the two orders cancel in the win "
             "but which leaves fewer decisive pairs. The scorer was checked on valid contrast groups "
             "(docs/evaluations/compeer-loop/scorer-check/): it ranks the real reply above worse kinds but echoes "
-            "and is weak. Compared: " + ", ".join(ran) + ".")
+            "and is weak. Compared: " + ", ".join(ran) + "." + shared_weights_line(shared))
 
 
 def judge_verified(root: Path, arms: list[str], grpo: dict[str, bool]) -> dict[str, bool]:

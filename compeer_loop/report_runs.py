@@ -74,6 +74,26 @@ def trained_against(reps: Sequence[Replicate]) -> dict[str, str]:
     return out
 
 
+def scored_by_training_weights(reps: Sequence[Replicate]) -> list[str]:
+    """The GRPO arms whose independent comparisons are not independent of their training signal: the arm was
+    verified to train against a bare base (no adapter) whose model is the one the independent scorer ran as, with no
+    adapter (its evaluation records' ``independent_scorer``, :mod:`compeer_loop.independent`). The scorer asks
+    another question (which of two replies is better) than the judge (UnifiReward's CER judgment), but with the same
+    weights: arm (b) against the default ``judge-base`` scorer."""
+    out: list[str] = []
+    for rep in reps:
+        if rep.settings.independent_scorer_adapter not in (None, "", "none"):
+            continue
+        for arm in rep.settings.arms:
+            record = read_judge_record(rep.root / arm) if ARM_BY_NAME[arm].grpo else None
+            bare = {j["served"].get("model") for j in (record or {}).get("judges", []) if not j["served"].get("adapter")}
+            path = rep.root / "eval" / arm / "records.jsonl"
+            scorers = {r.get("independent_scorer") for r in read_jsonl(path)} if bare and path.exists() else set()
+            if arm not in out and bare & scorers:
+                out.append(arm)
+    return out
+
+
 def _probe_of(root: Path, arm: str, server: str) -> dict[str, Any] | None:
     record = read_judge_record(root / arm)
     return next((j.get("probe") for j in (record or {}).get("judges", []) if j["server"] == server), None)
