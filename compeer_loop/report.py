@@ -37,6 +37,7 @@ from compeer_loop.report_checks import (
 from compeer_loop.report_runs import (
     gpu_sections,
     judges_and_machines,
+    late_slopes,
     quarters,
     scored_by_training_weights,
     trained_against,
@@ -180,13 +181,21 @@ def what_the_reward_follows(records: dict[str, list[dict[str, Any]]], reps: Sequ
     keys = ("completions/clipped_ratio", "completions/mean_length", "compeer/format_reward_mean",
             "compeer/preference_reward_mean")
     moved = {k: quarters(reps, k) for k in keys}
+    slopes = late_slopes(reps, "reward")
     train = [("| arm | truncated at max_completion_length | completion length (tokens) | format reward (the arm's judge) | "
-             "preference reward (the arm's judge) |"), "|---|---|---|---|---|"]
+             "preference reward (the arm's judge) | reward, second half: slope per step [95%] |"),
+             "|---|---|---|---|---|---|"]
     for arm in moved[keys[0]]:
+        slope = ("{:+.4f} [{:+.4f}, {:+.4f}]".format(*slopes[arm])) if arm in slopes else "n/a"
         train.append(f"| {arm} | " + " | ".join(
-            f"{moved[k][arm][0]:.2f} -> {moved[k][arm][1]:.2f}" if arm in moved[k] else "n/a" for k in keys) + " |")
+            f"{moved[k][arm][0]:.2f} -> {moved[k][arm][1]:.2f}" if arm in moved[k] else "n/a" for k in keys)
+            + f" | {slope} |")
     return "\n".join([*rows, "", (f"In training (first -> last quarter of the steps; `max_completion_length` "
-                                  f"{reps[0].settings.max_completion_length}):"), "", *train])
+                                  f"{reps[0].settings.max_completion_length}). Has the training reward flattened? "
+                                  "The last column is the least-squares slope of the logged reward per step over the "
+                                  "second half of the steps, with a 95% interval (the steps resampled): an interval "
+                                  "holding 0 says the last half's trend is not told from the noise, its width how "
+                                  "large a trend the noise could hide:"), "", *train])
 
 
 def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from compeer_loop.controls import read_judge_record
 from compeer_loop.placement import read_launches, where_ran
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings
@@ -226,6 +228,35 @@ def quarters(reps: Sequence[Replicate], key: str) -> dict[str, tuple[float, floa
             if len(ys) >= 2:
                 k = max(1, len(ys) // 4)
                 out[_arm_tag(arm, rep.seed if seeded(reps) else None)] = (sum(ys[:k]) / k, sum(ys[-k:]) / k)
+    return out
+
+
+def late_slopes(reps: Sequence[Replicate], key: str = "reward", n_boot: int = 2000,
+                seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """Per GRPO arm (per arm and seed, as :func:`quarters`), has a logged metric flattened? The least-squares slope per
+    step over the second half of the arm's steps, with a 95% bootstrap interval (the steps resampled, seeded): an
+    interval holding 0 says the last half's trend is not told from the step-to-step noise; its width says how small a
+    trend that noise hides. Arms with fewer than 6 steps in that half are left out."""
+    out = {}
+    rng = np.random.default_rng(seed)
+    for rep in reps:
+        for arm in rep.settings.arms:
+            path = rep.root / arm / "metrics.jsonl"
+            if not ARM_BY_NAME[arm].grpo or not path.exists():
+                continue
+            pts = [(float(r["step"]), float(r[key])) for r in read_jsonl(path)
+                   if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), (int, float))]
+            late = np.array(pts[len(pts) // 2:])
+            if len(late) < 6:
+                continue
+            idx = rng.integers(0, len(late), (n_boot, len(late)))
+            x, y = late[idx, 0], late[idx, 1]
+            xc = x - x.mean(axis=1, keepdims=True)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                boots = (xc * (y - y.mean(axis=1, keepdims=True))).sum(axis=1) / (xc ** 2).sum(axis=1)
+            lo, hi = np.nanquantile(boots, [0.025, 0.975])
+            slope = float(np.polyfit(late[:, 0], late[:, 1], 1)[0])
+            out[_arm_tag(arm, rep.seed if seeded(reps) else None)] = (slope, float(lo), float(hi))
     return out
 
 

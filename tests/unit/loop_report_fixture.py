@@ -5,11 +5,12 @@ test_compeer_loop_independent.py) and training metrics for the curves.
 ``python -m tests.unit.loop_report_fixture OUT`` writes the report of :func:`single_root` to ``OUT`` with the paths
 replaced as the test replaces them. The golden files ``tests/fixtures/compeer_loop/single-root-report.md`` and
 ``single-root-figures.json`` were written so by the code before the report read several folders (commit a421b88):
-one folder must still give that report byte for byte. Three changes since are on purpose: each policy's line of most
+one folder must still give that report byte for byte. Four changes since are on purpose: each policy's line of most
 frequent reply and marks also lists the strategies its replies name (a collapse onto one strategy shows there), the
 most frequent reply's share has a bias-shifted interval (its plain bootstrap interval lay above the figure), and the
 skeptic table has the independent scorer's win share among replies of about the real reply's length (figures
-``independent_win_share_matched``, ``independent_matched_share``; none of the fixture's replies is in the band).
+``independent_win_share_matched``, ``independent_matched_share``; none of the fixture's replies is in the band), and
+the training table has the reward's slope over the second half of the steps (``n/a`` here: 8 steps, too few).
 """
 
 from __future__ import annotations

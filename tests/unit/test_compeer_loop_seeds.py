@@ -170,3 +170,22 @@ def test_corpus_figures_average_the_seeds_so_more_seeds_do_not_lower_distinct_n(
     assert FIGURES["top_reply_share"](three) == pytest.approx(FIGURES["top_reply_share"](records(0)))
     from evaluator.metrics import distinct_n
     assert distinct_n([r["text"] for r in three], 2) < one  # what pooling the replies would have reported
+
+
+def test_the_second_half_slope_says_whether_the_training_reward_has_flattened(tmp_path: Path) -> None:
+    """A reward still rising in its second half has an interval above 0; one that flattened (noise around a level)
+    an interval holding 0; an arm with too few steps is left out."""
+    from compeer_loop.report_runs import late_slopes
+
+    root = seed_folder(tmp_path / "loop", 0, {"a": [0.5] * PROMPTS, "b": [0.5] * PROMPTS, "c": [0.5] * PROMPTS})
+    noise = [0.05, -0.04, 0.02, -0.05, 0.04, -0.01, 0.03, -0.03, 0.01, -0.02]
+    rising = [{"step": k, "reward": 0.01 * k + noise[k % 10]} for k in range(1, 41)]
+    flat = [{"step": k, "reward": (0.01 * k if k <= 20 else 0.2) + noise[k % 10]} for k in range(1, 41)]
+    (root / "b" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rising))
+    (root / "c" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat))
+    slopes = late_slopes(load_replicates([root]), n_boot=500)
+    b, c = slopes["(b)"], slopes["(c)"]
+    assert b[0] == pytest.approx(0.01, abs=0.003) and b[1] > 0
+    assert abs(c[0]) < 0.003 and c[1] < 0 < c[2]
+    (root / "c" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat[:10]))
+    assert "(c)" not in late_slopes(load_replicates([root]), n_boot=50)
