@@ -236,7 +236,8 @@ def late_slopes(reps: Sequence[Replicate], key: str = "reward", n_boot: int = 20
     """Per GRPO arm (per arm and seed, as :func:`quarters`), has a logged metric flattened? The least-squares slope per
     step over the second half of the arm's steps, with a 95% bootstrap interval (the steps resampled, seeded): an
     interval holding 0 says the last half's trend is not told from the step-to-step noise; its width says how small a
-    trend that noise hides. Arms with fewer than 6 steps in that half are left out."""
+    trend that noise hides. A step logged twice (an arm resumed from a checkpoint) counts once, with its later value.
+    Arms with fewer than 6 steps in that half are left out."""
     out = {}
     rng = np.random.default_rng(seed)
     for rep in reps:
@@ -244,8 +245,9 @@ def late_slopes(reps: Sequence[Replicate], key: str = "reward", n_boot: int = 20
             path = rep.root / arm / "metrics.jsonl"
             if not ARM_BY_NAME[arm].grpo or not path.exists():
                 continue
-            pts = [(float(r["step"]), float(r[key])) for r in read_jsonl(path)
-                   if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), (int, float))]
+            by_step = {float(r["step"]): float(r[key]) for r in read_jsonl(path)  # a resumed arm's later log wins
+                       if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), (int, float))}
+            pts = sorted(by_step.items())
             late = np.array(pts[len(pts) // 2:])
             if len(late) < 6:
                 continue

@@ -187,5 +187,9 @@ def test_the_second_half_slope_says_whether_the_training_reward_has_flattened(tm
     b, c = slopes["(b)"], slopes["(c)"]
     assert b[0] == pytest.approx(0.01, abs=0.003) and b[1] > 0
     assert abs(c[0]) < 0.003 and c[1] < 0 < c[2]
+    # resumed from step 20: steps 21-40 logged again, level; each counts once, with its later value
+    resumed = [*rising, *({"step": k, "reward": 0.2} for k in range(21, 41))]
+    (root / "b" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumed))
+    assert late_slopes(load_replicates([root]), n_boot=50)["(b)"] == pytest.approx((0.0, 0.0, 0.0), abs=1e-9)
     (root / "c" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat[:10]))
     assert "(c)" not in late_slopes(load_replicates([root]), n_boot=50)
