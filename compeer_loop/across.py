@@ -86,7 +86,8 @@ def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROS
             add("warmups", f"{n1}:a - {n2}:a", key, paired_difference(s1[WARMUP][key], s2[WARMUP][key], n_boot, n_boot))
     for name, s in scores.items():
         for arm, key in itertools.product(grpo[name], keys):
-            add("gains", f"{name}:{arm} - {name}:a", key, paired_difference(s[arm][key], s[WARMUP][key], n_boot, n_boot))
+            add("gains", f"{name}:{arm} - {name}:a", key,
+                paired_difference(s[arm][key], s[WARMUP][key], n_boot, n_boot))
     for (n1, s1), (n2, s2) in itertools.combinations(scores.items(), 2):
         for a1, a2, key in itertools.product(grpo[n1], grpo[n2], keys):
             label = f"{n1}:{a1} - {n2}:{a2}"

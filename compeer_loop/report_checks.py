@@ -157,8 +157,9 @@ def shared_weights_line(arms: Sequence[str]) -> str:
     if not arms:
         return ""
     names = ", ".join(f"({a})" for a in arms)
-    return (f" The independent scorer is not independent for {names}: trained against the bare base judge, whose weights the scorer also runs "
-            "(bare, another prompt: which of two replies is better, not UnifiReward's judgment), so "
+    return (f" The independent scorer is not independent for {names}: trained against the bare base judge, whose "
+            "weights the scorer also runs (bare, another prompt: which of two replies is better, not UnifiReward's "
+            "judgment), so "
             f"{names}'s win share may be raised by its training signal; compare it with that in mind.")
 
 

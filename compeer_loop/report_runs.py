@@ -88,7 +88,8 @@ def scored_by_training_weights(reps: Sequence[Replicate]) -> list[str]:
             continue
         for arm in rep.settings.arms:
             record = read_judge_record(rep.root / arm) if ARM_BY_NAME[arm].grpo else None
-            bare = {j["served"].get("model") for j in (record or {}).get("judges", []) if not j["served"].get("adapter")}
+            judges = (record or {}).get("judges", [])
+            bare = {j["served"].get("model") for j in judges if not j["served"].get("adapter")}
             path = rep.root / "eval" / arm / "records.jsonl"
             scorers = {r.get("independent_scorer") for r in read_jsonl(path)} if bare and path.exists() else set()
             if arm not in out and bare & scorers:
