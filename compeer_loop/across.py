@@ -28,7 +28,7 @@ from compeer_loop.merge import check_comparable
 from compeer_loop.plan import ARM_BY_NAME
 from compeer_loop.report_checks import shared_weights_line
 from compeer_loop.report_runs import scored_by_training_weights, trained_against
-from compeer_loop.seeds import SEED_MAY_DIFFER, Replicate, load_records, load_replicates
+from compeer_loop.seeds import SEED_MAY_DIFFER, Records, Replicate, load_records, load_replicates
 from compeer_loop.stats import paired_difference, per_prompt
 
 #: judge-free per-prompt scores (:data:`compeer_loop.stats.PER_PROMPT`) compared across runs
@@ -55,11 +55,12 @@ def _cell(d: dict[str, Any]) -> str:
     return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] | {d['p']:.4f} | {d['n']}"
 
 
-def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROSS_KEYS,
-                 n_boot: int = 2000) -> tuple[str, dict[str, Any]]:
+def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROSS_KEYS, n_boot: int = 2000,
+                 loaded: Mapping[str, Records] | None = None) -> tuple[str, dict[str, Any]]:
     """The Markdown section and its figures (``"warmups" | "gains" | "direct" | "gain_difference" -> "x-y:key" ->
     figure``) for the loop runs ``runs`` (name -> one folder per seed). Needs two runs or more, each with an evaluated
-    warm-up; ValueError naming what is missing or not comparable."""
+    warm-up; ValueError naming what is missing or not comparable. ``loaded``: a run's records already read with
+    :func:`compeer_loop.seeds.load_records` (the report's own run), not read again."""
     if len(runs) < 2:
         raise ValueError("across needs at least two runs (--run NAME=ROOT[,ROOT...] twice or more)")
     reps = {name: load_replicates(list(roots)) for name, roots in runs.items()}
@@ -67,7 +68,7 @@ def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROS
     check_comparable([r.root for r in firsts], [r.settings for r in firsts], SEED_MAY_DIFFER)
     scores: dict[str, dict[str, dict[str, Scores]]] = {}
     for name, rs in reps.items():
-        records = load_records(rs)
+        records = (loaded or {}).get(name) or load_records(rs)
         if WARMUP not in records:
             raise ValueError(f"run {name} has no evaluated warm-up (eval/{WARMUP}/records.jsonl): its arms' gains "
                              "cannot be computed")

@@ -303,8 +303,8 @@ def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None =
     checks = goals(figs, paired["pairs"], paired.get("per_seed"), seeds)
     if across and THIS_RUN in across:
         raise ValueError(f"--across-run {THIS_RUN}: the name is this report's own run; name the other run otherwise")
-    across_text, across_figs = (compare_runs({THIS_RUN: [r.root for r in reps], **across}) if across
-                                else ("", {}))
+    across_text, across_figs = (compare_runs({THIS_RUN: [r.root for r in reps], **across},
+                                             loaded={THIS_RUN: records}) if across else ("", {}))
     checks += across_goals(across_figs, THIS_RUN)
     extra: dict[str, Any] = {"_across": across_figs} if across_figs else {}
     if many:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,19 +216,25 @@ def _arm_tag(arm: str, seed: int | None) -> str:
     return f"({arm})" if seed is None else f"({arm}) seed {seed}"
 
 
+def _arm_metrics(reps: Sequence[Replicate]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Each GRPO arm's logged training metrics (``<arm>/metrics.jsonl``), tagged as :func:`_arm_tag` (per arm and
+    seed when several seeds); arms without the file are skipped."""
+    for rep in reps:
+        for arm in rep.settings.arms:
+            path = rep.root / arm / "metrics.jsonl"
+            if ARM_BY_NAME[arm].grpo and path.exists():
+                yield _arm_tag(arm, rep.seed if seeded(reps) else None), read_jsonl(path)
+
+
 def quarters(reps: Sequence[Replicate], key: str) -> dict[str, tuple[float, float]]:
     """Per GRPO arm (per arm and seed, :func:`_arm_tag`, when several seeds), the mean of a logged metric over the
     first and the last quarter of its steps."""
     out = {}
-    for rep in reps:
-        for arm in rep.settings.arms:
-            path = rep.root / arm / "metrics.jsonl"
-            if not ARM_BY_NAME[arm].grpo or not path.exists():
-                continue
-            ys = [float(r[key]) for r in read_jsonl(path) if isinstance(r.get(key), (int, float))]
-            if len(ys) >= 2:
-                k = max(1, len(ys) // 4)
-                out[_arm_tag(arm, rep.seed if seeded(reps) else None)] = (sum(ys[:k]) / k, sum(ys[-k:]) / k)
+    for tag, rows in _arm_metrics(reps):
+        ys = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if len(ys) >= 2:
+            k = max(1, len(ys) // 4)
+            out[tag] = (sum(ys[:k]) / k, sum(ys[-k:]) / k)
     return out
 
 
@@ -241,25 +247,20 @@ def late_slopes(reps: Sequence[Replicate], key: str = "reward", n_boot: int = 20
     Arms with fewer than 6 steps in that half are left out."""
     out = {}
     rng = np.random.default_rng(seed)
-    for rep in reps:
-        for arm in rep.settings.arms:
-            path = rep.root / arm / "metrics.jsonl"
-            if not ARM_BY_NAME[arm].grpo or not path.exists():
-                continue
-            by_step = {float(r["step"]): float(r[key]) for r in read_jsonl(path)  # a resumed arm's later log wins
-                       if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), (int, float))}
-            pts = sorted(by_step.items())
-            late = np.array(pts[len(pts) // 2:])
-            if len(late) < 6:
-                continue
-            idx = rng.integers(0, len(late), (n_boot, len(late)))
-            x, y = late[idx, 0], late[idx, 1]
-            xc = x - x.mean(axis=1, keepdims=True)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                boots = (xc * (y - y.mean(axis=1, keepdims=True))).sum(axis=1) / (xc ** 2).sum(axis=1)
-            lo, hi = np.nanquantile(boots, [0.025, 0.975])
-            slope = float(np.polyfit(late[:, 0], late[:, 1], 1)[0])
-            out[_arm_tag(arm, rep.seed if seeded(reps) else None)] = (slope, float(lo), float(hi))
+    for tag, rows in _arm_metrics(reps):
+        by_step = {float(r["step"]): float(r[key]) for r in rows  # a resumed arm's later log wins
+                   if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), (int, float))}
+        pts = sorted(by_step.items())
+        late = np.array(pts[len(pts) // 2:])
+        if len(late) < 6:
+            continue
+        idx = rng.integers(0, len(late), (n_boot, len(late)))
+        x, y = late[idx, 0], late[idx, 1]
+        xc = x - x.mean(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boots = (xc * (y - y.mean(axis=1, keepdims=True))).sum(axis=1) / (xc ** 2).sum(axis=1)
+        lo, hi = np.nanquantile(boots, [0.025, 0.975])
+        out[tag] = (float(np.polyfit(late[:, 0], late[:, 1], 1)[0]), float(lo), float(hi))
     return out
 
 
