@@ -34,6 +34,7 @@ from compeer_loop.report_checks import (
     replies_lines,
     skeptic_table,
 )
+from compeer_loop.report_groups import flat_groups_section
 from compeer_loop.report_runs import (
     gpu_sections,
     judges_and_machines,
@@ -78,9 +79,8 @@ def policy_label(name: str) -> str:
 
 
 def policy_name(s: LoopSettings, short: bool = False) -> str:
-    """The policy model the plan names: ``default`` is SmolLM2-135M-Instruct, a base of ``judge/bases.py`` its
-    model's name (``qwen2.5-coder-1.5b``: Qwen2.5-Coder-1.5B-Instruct), a folder as given; ``short``: without the
-    ``-Instruct`` of a named model."""
+    """The policy model the plan names: ``default`` is SmolLM2-135M-Instruct, a base of ``judge/bases.py`` its model's
+    name (``qwen2.5-coder-1.5b``: Qwen2.5-Coder-1.5B-Instruct), a folder as given; ``short``: no ``-Instruct``."""
     spec = s.policy_model
     if spec != DEFAULT_MODEL and spec not in BASES:
         return spec
@@ -195,7 +195,7 @@ def what_the_reward_follows(records: dict[str, list[dict[str, Any]]], reps: Sequ
                                   "The last column is the least-squares slope of the logged reward per step over the "
                                   "second half of the steps, with a 95% interval (the steps resampled): an interval "
                                   "holding 0 says the last half's trend is not told from the noise, its width how "
-                                  "large a trend the noise could hide:"), "", *train])
+                                  "large a trend the noise could hide:"), "", *train, *flat_groups_section(reps)])
 
 
 def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:

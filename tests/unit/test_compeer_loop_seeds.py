@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from compeer_loop.report import goals, write_report
@@ -193,3 +194,28 @@ def test_the_second_half_slope_says_whether_the_training_reward_has_flattened(tm
     assert late_slopes(load_replicates([root]), n_boot=50)["(b)"] == pytest.approx((0.0, 0.0, 0.0), abs=1e-9)
     (root / "c" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat[:10]))
     assert "(c)" not in late_slopes(load_replicates([root]), n_boot=50)
+
+
+def test_judge_flat_groups_show_what_the_reweighting_alone_pushed(tmp_path: Path) -> None:
+    """A group the judge scored alike but whose reward used varies (the reweighting) is counted as judge-flat with a
+    spread, its correlation with s_hi and the favoured reply's words; a group the judge told apart is not flat; a flat
+    group with no spread favours nothing; an arm without completions.jsonl gets no row."""
+    from compeer_loop.report_groups import flat_group_figures, flat_groups_section
+
+    def cand(group: int, total: float, reward: float, s_hi: float | None, words: int) -> dict[str, object]:
+        return {"call": 1, "group": group, "status": "ok", "total": total, "graded_total": total, "reward": reward,
+                "s_hi": s_hi, "text": f"<response>{' '.join(['w'] * words)}</response>"}
+
+    flat_pushed = [cand(0, 5.0, 3.0 - 0.5 * k, 0.1 * k, 10 + k) for k in range(4)]  # least on-topic favoured
+    told_apart = [cand(1, float(k), float(k), 0.2, 8) for k in range(4)]
+    flat_still = [cand(2, 4.0, 4.0, None, 5 + k) for k in range(4)]  # reweighting off: no spread, no s_hi
+    f = flat_group_figures([*flat_pushed, *told_apart, *flat_still, cand(3, 1.0, 1.0, 0.1, 3)])  # a lone candidate
+    assert (f["groups"], f["flat"]) == (3, 2) and f["flat_share"] == pytest.approx(2 / 3)
+    assert f["rho_s_hi"] == pytest.approx(-1.0)
+    assert f["flat_reward_std"] == pytest.approx((float(np.std([3.0, 2.5, 2.0, 1.5])) + 0.0) / 2)
+    assert (f["words_favoured"], f["words_others"]) == (10, pytest.approx(12.0))  # only the pushed group counts
+    root = seed_folder(tmp_path / "loop", 0, {"a": [0.5] * PROMPTS, "b": [0.5] * PROMPTS, "c": [0.5] * PROMPTS})
+    assert flat_groups_section(load_replicates([root])) == []
+    (root / "c" / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat_pushed + told_apart))
+    lines = flat_groups_section(load_replicates([root]))
+    assert lines[-1].startswith("| (c) | 2 | 50.0 (1) |") and "-1.00" in lines[-1]
