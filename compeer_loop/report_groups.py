@@ -11,7 +11,6 @@ used, the judge's ``total`` / ``graded_total`` and ``s_in`` / ``s_hi``); an arm 
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
+from cer.reasoning import reply_text
 from compeer_loop.plan import ARM_BY_NAME
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.seeds import Replicate, seeded
@@ -28,7 +28,6 @@ from data_builder.policy_negatives import COMPLETIONS_FILE
 FLAT_STD = 0.05
 #: below this spread of the reward used, a judge-flat group is taken to favour no candidate
 PUSH_STD = 1e-3
-_RESPONSE = re.compile(r"<response>(.*?)</response>", re.DOTALL)
 
 
 def _judge_total(r: dict[str, Any]) -> float:
@@ -38,9 +37,8 @@ def _judge_total(r: dict[str, Any]) -> float:
 
 
 def _words(text: str) -> int:
-    """Words in a candidate's ``<response>`` part (0 when it has none)."""
-    m = _RESPONSE.search(text)
-    return len(m.group(1).split()) if m else 0
+    """Words in a candidate's reply (its ``<response>`` part, else the tag-stripped output: cer.reasoning.reply_text)."""
+    return len(reply_text(text)[0].split())
 
 
 def flat_group_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
