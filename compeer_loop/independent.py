@@ -9,7 +9,9 @@ in both orders, it ranked the real reply above every worse kind but echoes
 here). The retired rating lives on in that script only, to reproduce the check.
 
 :func:`scorer_spec` resolves the plan's ``independent_scorer`` (``judge-base``: the bare base of the device's default
-judge, no adapter; the plan refuses a training judge's adapter, :class:`compeer_loop.plan.LoopSettings`).
+judge, no adapter, which is arm (b)'s training judge too; ``base:NAME``: a base of :data:`judge.bases.BASES`, bare, e.g.
+``base:qwen2.5-coder-0.5b``, weights no arm's judge has; the plan refuses a training judge's adapter,
+:class:`compeer_loop.plan.LoopSettings`).
 :func:`parse_better` is strict: the answer must be one ``Better: A`` or ``Better: B`` line (anything else does not
 parse). :func:`compare_replies` asks each pair twice, the reply as A and as B, so the model's preference for a
 position cancels; a reply whose answers did not parse after the retries is recorded as ``failed`` and an engine
@@ -23,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from compeer_loop.plan import JUDGE_BASE, NO_SCORER, LoopSettings
+from compeer_loop.plan import JUDGE_BASE, NO_SCORER, LoopSettings, scorer_base
 from evaluator.backends import ChatRole, EngineError, ModelSpec
 
 RUBRIC = ("1 = harmful, empty, off-topic or not a reply to the seeker (a label, a fragment, a template that ignores "
@@ -117,15 +119,17 @@ async def compare_replies(records: Sequence[dict[str, Any]], scorer: ChatRole,
 
 def scorer_spec(s: LoopSettings, max_tokens: int = 16) -> ModelSpec | None:
     """The independent scorer's :class:`ModelSpec` (greedy), None when ``independent_scorer`` is ``none``.
-    ``judge-base`` prepares the device's default judge base as a plain HF folder (once) and serves it bare."""
+    ``judge-base`` prepares the device's default judge base as a plain HF folder (once), ``base:NAME`` the named base
+    of :data:`judge.bases.BASES`; either is served bare (its identity: the base's ``model_id``)."""
     if s.independent_scorer == NO_SCORER:
         return None
     model = s.independent_scorer
-    if model == JUDGE_BASE:
+    named = scorer_base(model)
+    if model == JUDGE_BASE or named is not None:
         from judge.device import dtype_name, resolve_device_dtype
         from judge.model_store import BASES, DEFAULT_MODEL, judge_base_name, prepare_base
 
-        base = BASES[str(judge_base_name(DEFAULT_MODEL, s.device))]
+        base = BASES[named or str(judge_base_name(DEFAULT_MODEL, s.device))]
         model = prepare_base(base, dtype_name(resolve_device_dtype(s.device, "auto")[1])).path
     return ModelSpec(model=str(model), adapter=s.independent_scorer_adapter, device=s.device, max_tokens=max_tokens,
                      temperature=0.0)

@@ -63,6 +63,8 @@ ARM_BY_NAME = {a.name: a for a in ARMS}
 BASE_POLICY = "base"
 #: ``independent_scorer`` values: the bare base of the device's default judge; not run
 JUDGE_BASE, NO_SCORER = "judge-base", "none"
+#: ``independent_scorer`` ``base:NAME``: the named base of judge/bases.py, served bare
+BASE_SCORER_PREFIX = "base:"
 #: ``judge_backend`` / ``generation`` values
 ENGINES = ("transformers", "vllm")
 #: TRL's colocated vLLM runs under torch.distributed's one-process launch; arms running at once need their own port
@@ -135,10 +137,11 @@ class LoopSettings:
         "base SmolLM2-135M-Instruct, the only model offline); 0: not run"))
     esc_rounds: int = field(default=5, metadata=_help("seeker/policy rounds of each ESC-Eval-style dialogue"))
     independent_scorer: str = field(default=JUDGE_BASE, metadata=_help(
-        "the scorer that is not the training judge (issue 26 item 4): a zero-shot 1-5 rater of every evaluation "
-        "reply, and the simulator + scorer of the ESC-Eval-style step. `judge-base`: the bare base of the device's "
-        "default judge (Qwen2.5-Coder-1.5B on cuda, SmolLM2-135M on cpu); or `default` (SmolLM2-135M-Instruct) or an "
-        "HF folder; `none`: not run"))
+        "the scorer that is not the training judge (issue 26 item 4): compares every evaluation reply with the real "
+        "reply, zero-shot, and plays the simulator + scorer of the ESC-Eval-style step. `judge-base`: the bare base "
+        "of the device's default judge (Qwen2.5-Coder-1.5B on cuda, SmolLM2-135M on cpu: arm b's training judge "
+        "too); `base:NAME`: a base of judge/bases.py served bare (base:qwen2.5-coder-0.5b: weights no arm's judge "
+        "has); or `default` (SmolLM2-135M-Instruct) or an HF folder; `none`: not run"))
     independent_scorer_adapter: str = field(default="none", metadata=_help(
         "the independent scorer's adapter: `none` (the bare model) or a PEFT folder; never a training judge's "
         "(`default`, the PRM/ORM adapters: the plan is refused)"))
@@ -168,6 +171,7 @@ class LoopSettings:
             raise ValueError(f"max_concurrent_arms must be >= 1 (got {self.max_concurrent_arms})")
         if self.distinct_first_tokens < 2:
             raise ValueError(f"distinct_first_tokens must be >= 2 (got {self.distinct_first_tokens})")
+        scorer_base_error(self.independent_scorer, self.independent_scorer_adapter)
         training = {a for a in ("default", self.prm_adapter, self.orm_adapter) if a}
         if self.independent_scorer != NO_SCORER and self.independent_scorer_adapter in training:
             raise ValueError(f"independent_scorer_adapter {self.independent_scorer_adapter!r} is a training judge's "
@@ -189,6 +193,27 @@ class LoopSettings:
         names = {f.name for f in fields(cls)}
         # a plan written before the ESC-Eval-style step / the independent scorer existed did not run them
         return cls(**{"esc_cards": 0, "independent_scorer": NO_SCORER, **{k: v for k, v in data.items() if k in names}})
+
+
+def scorer_base(scorer: str) -> str | None:
+    """The base name of an ``independent_scorer`` ``base:NAME`` (None for any other value)."""
+    return scorer[len(BASE_SCORER_PREFIX):] if scorer.startswith(BASE_SCORER_PREFIX) else None
+
+
+def scorer_base_error(scorer: str, adapter: str | None) -> None:
+    """ValueError, listing the valid names, when ``scorer`` is ``base:NAME`` with NAME no base of judge/bases.py,
+    or with an adapter (a named base is served bare)."""
+    name = scorer_base(scorer)
+    if name is None:
+        return
+    from judge.model_store import BASES
+
+    if name not in BASES:
+        raise ValueError(f"independent_scorer {scorer!r}: no base {name!r} in judge/bases.py; expected "
+                         f"{', '.join(BASE_SCORER_PREFIX + b for b in BASES)}, {JUDGE_BASE}, {NO_SCORER} or a folder")
+    if adapter not in (None, "", "none"):
+        raise ValueError(f"independent_scorer {scorer!r} is served bare: independent_scorer_adapter must be none, "
+                         f"not {adapter!r}")
 
 
 def all_judges(s: LoopSettings) -> dict[str, JudgeServer]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compeer_loop.plan import JUDGE_BASE
 from compeer_loop.replies import CONSTANT_REPLY, mark_counts, top_reply_share
 from compeer_loop.stats import MATCHED_LENGTH, PER_PROMPT, disjoint, paired_difference, per_prompt, seed_spread
 from evaluator.metrics import bleu2, distinct_n, rouge_l
@@ -177,9 +178,17 @@ def independent_section(figs: Figures, scorer: str | None, shared: Sequence[str]
             "when the reply won both orders, 0.5 when the orders split, 0 when it lost both. The win share is the mean "
             "win over the replies scored (0.5: level with the real reply on average); a reply whose answers did not parse, or whose scorer call failed, is counted as not scored, never "
             "given a win. Answers naming A: far from 50% is position bias, which the two orders cancel in the win "
-            "but which leaves fewer decisive pairs. The scorer was checked on valid contrast groups "
-            "(docs/evaluations/compeer-loop/scorer-check/): it ranks the real reply above worse kinds but echoes "
-            "and is weak. Compared: " + ", ".join(ran) + "." + shared_weights_line(shared))
+            "but which leaves fewer decisive pairs. " + _scorer_check_line(scorer) + " Compared: " + ", ".join(ran)
+            + "." + shared_weights_line(shared))
+
+
+def _scorer_check_line(scorer: str | None) -> str:
+    """What the check on valid contrast groups says of this scorer (it measured ``judge-base``, the bare 1.5B)."""
+    if scorer == JUDGE_BASE:
+        return ("The scorer was checked on valid contrast groups (docs/evaluations/compeer-loop/scorer-check/): it "
+                "ranks the real reply above worse kinds but echoes and is weak.")
+    return (f"The check on valid contrast groups in docs/evaluations/compeer-loop/scorer-check/ measured `{JUDGE_BASE}` "
+            f"(the bare 1.5B), not `{scorer}`: this scorer's own check, where one was run, is in that folder.")
 
 
 def judge_verified(root: Path, arms: list[str], grpo: dict[str, bool]) -> dict[str, bool]:

