@@ -28,6 +28,8 @@ from data_builder.policy_negatives import COMPLETIONS_FILE
 FLAT_STD = 0.05
 #: below this spread of the reward used, a judge-flat group is taken to favour no candidate
 PUSH_STD = 1e-3
+#: what TRL adds to a group's standard deviation before dividing by it (GRPOTrainer, scale_rewards='group')
+TRL_STD_EPS = 1e-4
 
 
 def _judge_total(r: dict[str, Any]) -> float:
@@ -41,13 +43,22 @@ def _words(text: str) -> int:
     return len(reply_text(text)[0].split())
 
 
+def _mean_abs_advantage(group: Sequence[dict[str, Any]]) -> float:
+    """The mean |advantage| TRL gives a group's candidates under ``scale_rewards='group'``: (reward - group mean) /
+    (the group's standard deviation with Bessel's correction + 1e-4)."""
+    used = np.array([float(r["reward"]) for r in group])
+    return float(np.mean(np.abs(used - used.mean())) / (used.std(ddof=1) + TRL_STD_EPS))
+
+
 def flat_group_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """For one arm's logged candidates: ``groups`` (scored groups of 2 or more), ``flat_share`` (of those, the share
     whose judge totals spread less than :data:`FLAT_STD`), ``flat_reward_std`` (the mean spread of the reward used in
     those groups: 0 when nothing but the judge sets it), ``rho_s_hi`` (mean Spearman rho, within those groups, of
-    ``s_hi`` with the reward used; None without ``s_hi``) and ``words_favoured`` / ``words_others`` (reply words of
+    ``s_hi`` with the reward used; None without ``s_hi``), ``flat_advantage`` / ``all_advantage`` (the mean
+    |advantage| TRL gives a candidate, :func:`_mean_abs_advantage`, in those groups and in all) and
+    ``words_favoured`` / ``words_others`` / ``pushed`` (reply words of
     the candidate the reward used ranks first in those of them it spreads by more than :data:`PUSH_STD`, and the
-    mean of the others)."""
+    mean of the others; how many such groups)."""
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r.get("status") == "ok" and r.get("reward") is not None and r.get("total") is not None:
@@ -70,6 +81,8 @@ def flat_group_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mean = (lambda xs: float(np.mean(xs)) if xs else None)
     return {"groups": len(scored), "flat": len(flat), "flat_share": len(flat) / len(scored) if scored else None,
             "flat_reward_std": mean(spreads), "rho_s_hi": mean(rhos), "words_favoured": mean(favoured),
+            "flat_advantage": mean([_mean_abs_advantage(g) for g in flat]),
+            "all_advantage": mean([_mean_abs_advantage(g) for g in scored]), "pushed": len(favoured),
             "words_others": mean(others)}
 
 
@@ -90,15 +103,17 @@ def flat_groups_section(reps: Sequence[Replicate]) -> list[str]:
             tag = f"({arm})" + (f" seed {rep.seed}" if seeded(reps) else "")
             share = None if f["flat_share"] is None else 100 * f["flat_share"]
             rows.append(f"| {tag} | {f['groups']} | {_fmt(share, '.1f')} ({f['flat']}) | "
-                        f"{_fmt(f['flat_reward_std'], '.3f')} | {_fmt(f['rho_s_hi'], '+.2f')} | "
-                        f"{_fmt(f['words_favoured'], '.1f')} / {_fmt(f['words_others'], '.1f')} |")
+                        f"{_fmt(f['flat_reward_std'], '.3f')} | {_fmt(f['flat_advantage'], '.3f')} "
+                        f"({_fmt(f['all_advantage'], '.3f')}) | {_fmt(f['rho_s_hi'], '+.2f')} | "
+                        f"{_fmt(f['words_favoured'], '.1f')} / {_fmt(f['words_others'], '.1f')} ({f['pushed']}) |")
     if not rows:
         return []
     return ["", ("Where the advantage came from. GRPO scales each rollout group by its own spread (TRL's default "
                  "`scale_rewards='group'`), so a group the judge did not tell apart (its totals' standard deviation < "
                  f"{FLAT_STD}) still moves the policy as much as any other when the redundancy reweighting gives it a "
-                 "spread. In those groups: the spread of the reward used (0: no push), its rank correlation with the "
+                 "spread. In those groups: the spread of the reward used (0: no push), the mean |advantage| TRL gives "
+                 "a candidate there (in all groups), its rank correlation with the "
                  "candidate's similarity to the conversation (`s_hi`; negative: the least on-topic candidate is "
                  "favoured) and the reply words of the favoured candidate against the others':"), "",
-            ("| arm | groups | judge-flat groups % (n) | reward spread there | rho(s_hi, reward) there | "
-             "words, favoured / others |"), "|---|---|---|---|---|---|", *rows]
+            ("| arm | groups | judge-flat groups % (n) | reward spread there | mean abs. advantage there (all groups) | "
+             "rho(s_hi, reward) there | words, favoured / others (groups it spreads) |"), "|---|---|---|---|---|---|---|", *rows]

@@ -214,8 +214,13 @@ def test_judge_flat_groups_show_what_the_reweighting_alone_pushed(tmp_path: Path
     assert f["rho_s_hi"] == pytest.approx(-1.0)
     assert f["flat_reward_std"] == pytest.approx((float(np.std([3.0, 2.5, 2.0, 1.5])) + 0.0) / 2)
     assert (f["words_favoured"], f["words_others"]) == (10, pytest.approx(12.0))  # only the pushed group counts
+    # TRL's advantage: |r - mean| / (std with Bessel's correction + 1e-4); the pushed group's are full-size, the flat
+    # one's 0
+    pushed = np.array([3.0, 2.5, 2.0, 1.5])
+    full = float(np.mean(np.abs(pushed - pushed.mean())) / (pushed.std(ddof=1) + 1e-4))
+    assert f["flat_advantage"] == pytest.approx(full / 2) and full > 0.7
     root = seed_folder(tmp_path / "loop", 0, {"a": [0.5] * PROMPTS, "b": [0.5] * PROMPTS, "c": [0.5] * PROMPTS})
     assert flat_groups_section(load_replicates([root])) == []
     (root / "c" / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat_pushed + told_apart))
     lines = flat_groups_section(load_replicates([root]))
-    assert lines[-1].startswith("| (c) | 2 | 50.0 (1) |") and "-1.00" in lines[-1]
+    assert lines[-1].startswith("| (c) | 2 | 50.0 (1) | 0.559 | 0.774 (0.775) | -1.00 | 10.0 / 12.0 (1) |")
