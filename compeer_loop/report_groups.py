@@ -56,13 +56,13 @@ def flat_group_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     those groups: 0 when nothing but the judge sets it), ``rho_s_hi`` (mean Spearman rho, within those groups, of
     ``s_hi`` with the reward used; None without ``s_hi``), ``flat_advantage`` / ``all_advantage`` (the mean
     |advantage| TRL gives a candidate, :func:`_mean_abs_advantage`, in those groups and in all) and
-    ``words_favoured`` / ``words_others`` / ``pushed`` (reply words of
-    the candidate the reward used ranks first in those of them it spreads by more than :data:`PUSH_STD`, and the
-    mean of the others; how many such groups)."""
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
+    ``words_favoured`` / ``words_others`` / ``pushed`` (reply words of the candidate the reward used ranks first in
+    the flat groups it spreads by more than :data:`PUSH_STD`, the mean of the others, and how many such groups).
+    A group is the candidates of one ``(step, call, group)``."""
+    groups: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:  # a resumed arm numbers its reward calls from 1 again: the step keeps its groups apart
         if r.get("status") == "ok" and r.get("reward") is not None and r.get("total") is not None:
-            groups[(r.get("call"), r.get("group"))].append(r)
+            groups[(r.get("step"), r.get("call"), r.get("group"))].append(r)
     scored = [g for g in groups.values() if len(g) > 1]
     flat = [g for g in scored if float(np.std([_judge_total(r) for r in g])) < FLAT_STD]
     rhos, favoured, others, spreads = [], [], [], []

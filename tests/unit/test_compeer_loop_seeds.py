@@ -202,9 +202,10 @@ def test_judge_flat_groups_show_what_the_reweighting_alone_pushed(tmp_path: Path
     group with no spread favours nothing; an arm without completions.jsonl gets no row."""
     from compeer_loop.report_groups import flat_group_figures, flat_groups_section
 
-    def cand(group: int, total: float, reward: float, s_hi: float | None, words: int) -> dict[str, object]:
-        return {"call": 1, "group": group, "status": "ok", "total": total, "graded_total": total, "reward": reward,
-                "s_hi": s_hi, "text": f"<response>{' '.join(['w'] * words)}</response>"}
+    def cand(group: int, total: float, reward: float, s_hi: float | None, words: int,
+             step: int = 1) -> dict[str, object]:
+        return {"step": step, "call": 1, "group": group, "status": "ok", "total": total, "graded_total": total,
+                "reward": reward, "s_hi": s_hi, "text": f"<response>{' '.join(['w'] * words)}</response>"}
 
     flat_pushed = [cand(0, 5.0, 3.0 - 0.5 * k, 0.1 * k, 10 + k) for k in range(4)]  # least on-topic favoured
     told_apart = [cand(1, float(k), float(k), 0.2, 8) for k in range(4)]
@@ -214,6 +215,9 @@ def test_judge_flat_groups_show_what_the_reweighting_alone_pushed(tmp_path: Path
     assert f["rho_s_hi"] == pytest.approx(-1.0)
     assert f["flat_reward_std"] == pytest.approx((float(np.std([3.0, 2.5, 2.0, 1.5])) + 0.0) / 2)
     assert (f["words_favoured"], f["words_others"]) == (10, pytest.approx(12.0))  # only the pushed group counts
+    # a resumed arm logs call 1, group 0 again at a later step: another group, not one of 8
+    resumed = flat_group_figures([*flat_pushed, *(cand(0, float(k), float(k), 0.2, 8, step=11) for k in range(4))])
+    assert (resumed["groups"], resumed["flat"]) == (2, 1)
     # TRL's advantage: |r - mean| / (std with Bessel's correction + 1e-4); the pushed group's are full-size, the flat
     # one's 0
     pushed = np.array([3.0, 2.5, 2.0, 1.5])
