@@ -19,9 +19,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from cer.reasoning import reply_text
-from compeer_loop.plan import ARM_BY_NAME
-from compeer_loop.prompts import read_jsonl
-from compeer_loop.seeds import Replicate, seeded
+from compeer_loop.report_runs import arm_logs
+from compeer_loop.seeds import Replicate
 from data_builder.policy_negatives import COMPLETIONS_FILE
 
 #: a group whose judge totals spread less than this (standard deviation) counts as one the judge did not tell apart
@@ -94,18 +93,13 @@ def flat_groups_section(reps: Sequence[Replicate]) -> list[str]:
     """The table (a row per GRPO arm, per seed when several) with its explanation; no lines when no arm logged its
     completions."""
     rows = []
-    for rep in reps:
-        for arm in rep.settings.arms:
-            path = rep.root / arm / COMPLETIONS_FILE
-            if not (ARM_BY_NAME[arm].grpo and path.exists()):
-                continue
-            f = flat_group_figures(read_jsonl(path))
-            tag = f"({arm})" + (f" seed {rep.seed}" if seeded(reps) else "")
-            share = None if f["flat_share"] is None else 100 * f["flat_share"]
-            rows.append(f"| {tag} | {f['groups']} | {_fmt(share, '.1f')} ({f['flat']}) | "
-                        f"{_fmt(f['flat_reward_std'], '.3f')} | {_fmt(f['flat_advantage'], '.3f')} "
-                        f"({_fmt(f['all_advantage'], '.3f')}) | {_fmt(f['rho_s_hi'], '+.2f')} | "
-                        f"{_fmt(f['words_favoured'], '.1f')} / {_fmt(f['words_others'], '.1f')} ({f['pushed']}) |")
+    for tag, logged in arm_logs(reps, COMPLETIONS_FILE):
+        f = flat_group_figures(logged)
+        share = None if f["flat_share"] is None else 100 * f["flat_share"]
+        rows.append(f"| {tag} | {f['groups']} | {_fmt(share, '.1f')} ({f['flat']}) | "
+                    f"{_fmt(f['flat_reward_std'], '.3f')} | {_fmt(f['flat_advantage'], '.3f')} "
+                    f"({_fmt(f['all_advantage'], '.3f')}) | {_fmt(f['rho_s_hi'], '+.2f')} | "
+                    f"{_fmt(f['words_favoured'], '.1f')} / {_fmt(f['words_others'], '.1f')} ({f['pushed']}) |")
     if not rows:
         return []
     return ["", ("Where the advantage came from. GRPO scales each rollout group by its own spread (TRL's default "

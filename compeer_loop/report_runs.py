@@ -216,12 +216,12 @@ def _arm_tag(arm: str, seed: int | None) -> str:
     return f"({arm})" if seed is None else f"({arm}) seed {seed}"
 
 
-def _arm_metrics(reps: Sequence[Replicate]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Each GRPO arm's logged training metrics (``<arm>/metrics.jsonl``), tagged as :func:`_arm_tag` (per arm and
-    seed when several seeds); arms without the file are skipped."""
+def arm_logs(reps: Sequence[Replicate], name: str = "metrics.jsonl") -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Each GRPO arm's JSONL log ``<arm>/<name>`` (default its training metrics; ``completions.jsonl``: its logged
+    candidates), tagged as :func:`_arm_tag` (per arm and seed when several seeds); arms without the file are skipped."""
     for rep in reps:
         for arm in rep.settings.arms:
-            path = rep.root / arm / "metrics.jsonl"
+            path = rep.root / arm / name
             if ARM_BY_NAME[arm].grpo and path.exists():
                 yield _arm_tag(arm, rep.seed if seeded(reps) else None), read_jsonl(path)
 
@@ -230,7 +230,7 @@ def quarters(reps: Sequence[Replicate], key: str) -> dict[str, tuple[float, floa
     """Per GRPO arm (per arm and seed, :func:`_arm_tag`, when several seeds), the mean of a logged metric over the
     first and the last quarter of its steps."""
     out = {}
-    for tag, rows in _arm_metrics(reps):
+    for tag, rows in arm_logs(reps):
         ys = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if len(ys) >= 2:
             k = max(1, len(ys) // 4)
@@ -247,7 +247,7 @@ def late_slopes(reps: Sequence[Replicate], key: str = "reward", n_boot: int = 20
     Arms with fewer than 6 steps in that half are left out."""
     out = {}
     rng = np.random.default_rng(seed)
-    for tag, rows in _arm_metrics(reps):
+    for tag, rows in arm_logs(reps):
         by_step = {float(r["step"]): float(r[key]) for r in rows  # a resumed arm's later log wins
                    if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), (int, float))}
         pts = sorted(by_step.items())

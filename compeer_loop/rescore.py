@@ -37,6 +37,7 @@ from compeer_loop.independent import compare_replies
 from compeer_loop.plan import NO_SCORER, LoopSettings
 from compeer_loop.prompts import read_jsonl
 from compeer_loop.runner import PLAN_FILE, load_settings
+from data_builder.records import write_jsonl
 from evaluator.backends import ChatRole
 
 log = logging.getLogger(__name__)
@@ -122,11 +123,7 @@ async def _policy(folder: Path, s: LoopSettings, open_scorer: OpenScorer) -> dic
         if scorer is None:
             raise ValueError("independent_scorer none: nothing to re-score with")
         rescored, counts = await rescore_records(records, scorer, s.eval_concurrency)
-    tmp = path.with_name(f".{RECORDS}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for r in rescored:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    write_jsonl(path, rescored)  # a temporary file renamed into place
     return counts
 
 
