@@ -12,8 +12,10 @@ on judge-free per-prompt scores only (the training judge differs between runs, s
    gains (``(arm1 - a1) - (arm2 - a2)``, on the prompt x seed pairs all four answered), which cancels what the two
    warm-ups did differently on each prompt.
 
-The runs must be comparable (the one rule of :func:`compeer_loop.merge.check_comparable`, seeds allowed to differ):
-same prompt set and every plan field but the arms, evaluations, seeds and placement equal. Intervals and p-values are
+The runs must be comparable (the one rule of :func:`compeer_loop.merge.check_comparable`, with
+:data:`ACROSS_MAY_DIFFER`): same prompt set and every plan field but the arms, evaluations, seeds, placement and the
+number of ESC-Eval-style cards equal (those cards are simulated dialogues of their own, reported per run; none of the
+per-prompt scores compared here comes from them). Intervals and p-values are
 :func:`compeer_loop.stats.paired_difference`'s (paired bootstrap over pairs, sign-flip permutation).
 """
 
@@ -34,6 +36,9 @@ from compeer_loop.stats import paired_difference, per_prompt
 #: judge-free per-prompt scores (:data:`compeer_loop.stats.PER_PROMPT`) compared across runs
 ACROSS_KEYS = ("independent_win", "strategy_correct", "rouge_l")
 WARMUP = "a"
+#: plan fields two compared runs may differ in: a seed replicate's, and ``esc_cards`` (the ESC-Eval-style dialogues
+#: feed none of :data:`ACROSS_KEYS`)
+ACROSS_MAY_DIFFER = (*SEED_MAY_DIFFER, "esc_cards")
 Scores = dict[tuple[int, str], float]
 
 
@@ -65,7 +70,7 @@ def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROS
         raise ValueError("across needs at least two runs (--run NAME=ROOT[,ROOT...] twice or more)")
     reps = {name: load_replicates(list(roots)) for name, roots in runs.items()}
     firsts = [rs[0] for rs in reps.values()]
-    check_comparable([r.root for r in firsts], [r.settings for r in firsts], SEED_MAY_DIFFER)
+    check_comparable([r.root for r in firsts], [r.settings for r in firsts], ACROSS_MAY_DIFFER)
     scores: dict[str, dict[str, dict[str, Scores]]] = {}
     for name, rs in reps.items():
         records = (loaded or {}).get(name) or load_records(rs)

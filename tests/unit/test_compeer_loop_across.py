@@ -77,6 +77,9 @@ def test_runs_that_cannot_be_compared_are_refused(tmp_path: Path) -> None:
     steps = seed_folder(tmp_path / "steps", 0, {"a": [0.5] * 12, "c": [0.5] * 12}, steps=99)
     with pytest.raises(ValueError, match="steps"):
         compare_runs({"new": runs["new"], "steps": [steps]})
+    # the ESC-Eval-style cards feed none of the compared scores: a run with fewer of them still compares
+    cards = seed_folder(tmp_path / "cards", 0, {"a": [0.5] * 12, "c": [0.5] * 12}, esc_cards=10)
+    assert "cards:c - cards:a:independent_win" in compare_runs({"new": runs["new"], "cards": [cards]})[1]["gains"]
     bare = seed_folder(tmp_path / "nowarm", 0, {"c": [0.5] * 12})
     with pytest.raises(ValueError, match="no evaluated warm-up"):
         compare_runs({"new": runs["new"], "nowarm": [bare]})
