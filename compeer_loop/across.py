@@ -79,6 +79,10 @@ def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROS
                              "cannot be computed")
         scores[name] = {p: {k: per_prompt(r, k) for k in keys} for p, r in records.items()}
     grpo = {name: [p for p in s if p in ARM_BY_NAME and ARM_BY_NAME[p].grpo] for name, s in scores.items()}
+    seeds = {name: {r.seed for r in rs} for name, rs in reps.items()}
+    # pairs are prompt x seed: two runs with no seed in common have none, so they are named, not tabled
+    pairs = [(a, b) for a, b in itertools.combinations(scores.items(), 2) if seeds[a[0]] & seeds[b[0]]]
+    unpaired = [f"{n1} and {n2}" for n1, n2 in itertools.combinations(scores, 2) if not seeds[n1] & seeds[n2]]
     out: dict[str, Any] = {"warmups": {}, "gains": {}, "direct": {}, "gain_difference": {}}
     head = "| comparison | score | mean difference [paired bootstrap 95%] | permutation p | pairs (prompt x seed) |"
     rows = {part: [head, "|---|---|---|---|---|"] for part in out}
@@ -87,24 +91,24 @@ def compare_runs(runs: Mapping[str, Sequence[Path]], keys: Sequence[str] = ACROS
         out[part][f"{label}:{key}"] = d
         rows[part].append(f"| {label} | {key} | {_cell(d)} |")
 
-    for (n1, s1), (n2, s2) in itertools.combinations(scores.items(), 2):
+    for (n1, s1), (n2, s2) in pairs:
         for key in keys:
             add("warmups", f"{n1}:a - {n2}:a", key, paired_difference(s1[WARMUP][key], s2[WARMUP][key], n_boot, n_boot))
     for name, s in scores.items():
         for arm, key in itertools.product(grpo[name], keys):
             add("gains", f"{name}:{arm} - {name}:a", key,
                 paired_difference(s[arm][key], s[WARMUP][key], n_boot, n_boot))
-    for (n1, s1), (n2, s2) in itertools.combinations(scores.items(), 2):
+    for (n1, s1), (n2, s2) in pairs:
         for a1, a2, key in itertools.product(grpo[n1], grpo[n2], keys):
             label = f"{n1}:{a1} - {n2}:{a2}"
             add("direct", label, key, paired_difference(s1[a1][key], s2[a2][key], n_boot, n_boot))
             add("gain_difference", f"({n1}:{a1} - {n1}:a) - ({n2}:{a2} - {n2}:a)", key,
                 paired_difference(_gain(s1[a1][key], s1[WARMUP][key]), _gain(s2[a2][key], s2[WARMUP][key]),
                                   n_boot, n_boot))
-    return _text(reps, rows, n_boot), out
+    return _text(reps, rows, n_boot, unpaired), out
 
 
-def _text(reps: dict[str, list[Replicate]], rows: dict[str, list[str]], n_boot: int) -> str:
+def _text(reps: dict[str, list[Replicate]], rows: dict[str, list[str]], n_boot: int, unpaired: list[str]) -> str:
     runs = []
     for name, rs in reps.items():
         against = trained_against(rs)
@@ -117,7 +121,9 @@ def _text(reps: dict[str, list[Replicate]], rows: dict[str, list[str]], n_boot: 
         ("Runs compared (same plan and prompt set, checked; each run's arms started from that run's own warm-up, so "
         "arms of two runs did not start from the same adapter):"), "", *runs, "",
         ("Judge-free per-prompt scores only (the runs' training judges differ, so the judge's own scores do not "
-        f"compare). Intervals: the prompt x seed pairs resampled ({n_boot} times); p: sign-flip permutation test."), "",
+        f"compare). Intervals: the prompt x seed pairs resampled ({n_boot} times); p: sign-flip permutation test."
+        + (f" Not compared with each other (no seed in common, so no prompt x seed pair): {'; '.join(unpaired)}."
+           if unpaired else "")), "",
         "### Warm-up against warm-up (the cross-run noise floor: the same recipe trained twice)", "", *rows["warmups"],
         "", "### Each GRPO arm's gain over its own run's warm-up", "", *rows["gains"], "",
         "### GRPO arms of different runs, directly (warm-up noise included)", "", *rows["direct"], "",

@@ -164,7 +164,8 @@ def judges_and_machines(reps: Sequence[Replicate]) -> str:
 def gpu_section(state: dict[str, Any], gpu_log: Path | None, root: Path | None = None) -> str:
     """Driver wall time, the machines (merged folders: one line each), every arm's and evaluation's status; ``root``:
     the loop folder, whose ``eval/<policy>/done.json`` marks an evaluation done that finished after the last
-    ``state.json`` was packed (the driver writes the state between polls)."""
+    ``state.json`` was packed (the driver writes the state between polls), and whose ``records.jsonl`` without it
+    marks one cut after its records and before its ESC-Eval-style step."""
     machine = state.get("machine") or {}
     where = (f" ({machine.get('hostname')}: {machine.get('gpus')}; judge servers on card "
              f"{(state.get('placement') or {}).get('judge_card')}, arms on "
@@ -189,8 +190,13 @@ def gpu_section(state: dict[str, Any], gpu_log: Path | None, root: Path | None =
         ran = f"; ran on {a['ran_on']}" if a.get("ran_on") else ""
         lines.append(f"- arm ({name}): {a.get('status')}, {step}{secs}{again}{ran}")
     for name, e in sorted(state.get("eval", {}).items()):
-        if e != "done" and root is not None and (root / "eval" / name / "done.json").is_file():
+        out = root / "eval" / name if root is not None else None
+        if e != "done" and out is not None and (out / "done.json").is_file():
             e = f"done (finished after the driver last wrote its state: {e} there)"
+        elif e != "done" and out is not None and (out / "records.jsonl").is_file():
+            e = (f"not finished ({e} when the driver last wrote its state), but its records were written (the figures "
+                 "above use them: generation, judge and independent scorer); what follows them (the ESC-Eval-style "
+                 "step, when planned) was not")
         lines.append(f"- evaluation of {name}: {e}")
     return "\n".join(lines + gpu_log_lines(gpu_log))
 

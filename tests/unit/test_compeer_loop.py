@@ -577,7 +577,9 @@ def test_merge_joins_arms_trained_on_two_machines_and_refuses_what_is_not_compar
     (tmp_path / "all" / "eval" / "e" / "done.json").unlink()
     section = gpu_section(state, None, tmp_path / "all")
     assert "- evaluation of d: done (finished after the driver last wrote its state: running there)" in section
-    assert "- evaluation of e: running" in section
+    assert "- evaluation of e: not finished (running when the driver last wrote its state), but its records" in section
+    (tmp_path / "all" / "eval" / "e" / "records.jsonl").unlink()  # cut before its records
+    assert "- evaluation of e: running\n" in gpu_section(state, None, tmp_path / "all") + "\n"
 
     other_lr = _loop_folder(tmp_path / "lr", ["a", "d"], ["d"], "aa11", restored=True, learning_rate=1e-4)
     with pytest.raises(ValueError, match="learning_rate"):

@@ -60,6 +60,18 @@ def test_gains_over_own_warmups_and_their_difference(tmp_path: Path) -> None:
     assert "unifireward-v3" in text and "no adapter (bare base)" in text
 
 
+def test_runs_with_no_seed_in_common_are_named_not_tabled(tmp_path: Path) -> None:
+    """Pairs are prompt x seed: a run of seed 5 only pairs with no run of seeds 0 and 1, so no row compares them
+    (a row of "0 pairs" would say nothing); its own gain is still tabled."""
+    runs = _runs(tmp_path)
+    other = seed_folder(tmp_path / "s5", 5, {"a": [0.5] * 12, "c": [0.0] * 12})
+    text, figs = compare_runs({**runs, "s5": [other]}, keys=("independent_win",), n_boot=100)
+    assert "no prompt x seed pair): new and s5; old and s5." in text
+    assert not [k for part in figs.values() for k in part if "s5:" in k and "s5:c - s5:a" not in k]
+    assert figs["gains"]["s5:c - s5:a:independent_win"]["diff"] == pytest.approx(-0.5)
+    assert "0 pairs" not in text and "new:a - old:a" in text
+
+
 def test_the_shared_weights_caveat_needs_a_bare_judge_with_the_scorers_model(tmp_path: Path) -> None:
     runs = _runs(tmp_path)
     assert scored_by_training_weights(load_replicates(runs["old"])) == ["b"]
