@@ -9,8 +9,7 @@ Several loop folders (``compeer-loop report --root R0 --root R1 ...``) are read 
 (:mod:`compeer_loop.seeds`): one folder per seed, plans equal but for the seed. Each policy's figures and intervals
 pool its records over the seeds that evaluated it (the tables name those seeds), the paired comparisons pool prompt x
 seed pairs and are also given within each seed, and the goals "(c) beats (a)/(b) on the independent scorer" are met
-only when the paired interval lies above 0 in each seed. ``figures.json`` then gains ``_seeds`` and the per-seed pairs
-(``_paired.per_seed``). One folder gives the report it always gave.
+only when the paired interval lies above 0 in each seed (``figures.json``: ``_seeds``, ``_paired.per_seed``).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from compeer_loop.report_checks import (
     replies_lines,
     skeptic_table,
 )
+from compeer_loop.report_drift import drift_section
 from compeer_loop.report_groups import flat_groups_section
 from compeer_loop.report_runs import (
     gpu_sections,
@@ -191,11 +191,11 @@ def what_the_reward_follows(records: dict[str, list[dict[str, Any]]], reps: Sequ
             f"{moved[k][arm][0]:.2f} -> {moved[k][arm][1]:.2f}" if arm in moved[k] else "n/a" for k in keys)
             + f" | {slope} |")
     return "\n".join([*rows, "", (f"In training (first -> last quarter of the steps; `max_completion_length` "
-                                  f"{reps[0].settings.max_completion_length}). Has the training reward flattened? "
-                                  "The last column is the least-squares slope of the logged reward per step over the "
-                                  "second half of the steps, with a 95% interval (the steps resampled): an interval "
-                                  "holding 0 says the last half's trend is not told from the noise, its width how "
-                                  "large a trend the noise could hide:"), "", *train, *flat_groups_section(reps)])
+                                  f"{reps[0].settings.max_completion_length}). Has the training reward flattened? The "
+                                  "last column is the least-squares slope of the logged reward per step over the second "
+                                  "half of the steps, with a 95% interval (the steps resampled): an interval holding 0 "
+                                  "says the last half's trend is not told from the noise, its width how large a trend "
+                                  "the noise could hide:"), "", *train, *flat_groups_section(reps), *drift_section(reps)])
 
 
 def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:
