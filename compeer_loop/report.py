@@ -339,7 +339,7 @@ def write_report(roots: Path | Sequence[Path], out: Path, gpu_log: Path | None =
         *replies_lines(records, labels),
         "",
         "### Independent scorer",
-        independent_section(figs, s.independent_scorer, scored_by_training_weights(reps)),
+        independent_section(figs, s.independent_scorer, scored_by_training_weights(reps), records),
         "",
         "### Paired comparisons between arms",
         paired_text,

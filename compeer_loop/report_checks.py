@@ -164,9 +164,11 @@ def shared_weights_line(arms: Sequence[str]) -> str:
             f"{names}'s win share may be raised by its training signal; compare it with that in mind.")
 
 
-def independent_section(figs: Figures, scorer: str | None, shared: Sequence[str] = ()) -> str:
+def independent_section(figs: Figures, scorer: str | None, shared: Sequence[str] = (),
+                        records: dict[str, list[dict[str, Any]]] | None = None) -> str:
     """The independent scorer: who it was and how it scores, or that it was not run for this loop folder;
-    ``shared``: the arms trained against the scorer's own weights (:func:`shared_weights_line`)."""
+    ``shared``: the arms trained against the scorer's own weights (:func:`shared_weights_line`); ``records``: the
+    evaluation records, for the training judge against the scorer (:func:`judge_against_scorer`)."""
     ran = [p for p, s in figs.items() if _compared(s["figures"])]
     if not ran:
         return ("Not run for this loop folder: its evaluations hold no comparison by the independent scorer "
@@ -179,7 +181,47 @@ def independent_section(figs: Figures, scorer: str | None, shared: Sequence[str]
             "win over the replies scored (0.5: level with the real reply on average); a reply whose answers did not parse, or whose scorer call failed, is counted as not scored, never "
             "given a win. Answers naming A: far from 50% is position bias, which the two orders cancel in the win "
             "but which leaves fewer decisive pairs. " + _scorer_check_line(scorer) + " Compared: " + ", ".join(ran)
-            + "." + shared_weights_line(shared))
+            + "." + shared_weights_line(shared) + judge_against_scorer(records or {}))
+
+
+def judge_against_scorer(records: dict[str, list[dict[str, Any]]], base: str = "a") -> str:
+    """Does the training judge's preference between an arm's reply and the warm-up's (``base``) on the same prompt
+    agree with the independent scorer's? Per policy other than ``base``, on the prompt x seed pairs both were judged
+    and scored: how often the judge's total puts the arm higher, level or lower, the scorer's mean win difference
+    (arm - ``base``) in each of those three sets, and the share of pairs both told apart where the scorer's direction
+    is the judge's. Empty without ``base`` or another policy scored by both."""
+    if base not in records:
+        return ""
+    judge_b, win_b = per_prompt(records[base], "reward_total"), per_prompt(records[base], "independent_win")
+    rows = []
+    for p, rs in records.items():
+        judge_p, win_p = per_prompt(rs, "reward_total"), per_prompt(rs, "independent_win")
+        keys = sorted(set(judge_p) & set(judge_b) & set(win_p) & set(win_b))
+        if p == base or not keys:
+            continue
+        sets: dict[str, list[float]] = {"higher": [], "level": [], "lower": []}
+        agree = decisive = 0
+        for k in keys:
+            dj, dw = judge_p[k] - judge_b[k], win_p[k] - win_b[k]
+            sets["higher" if dj > 0 else "lower" if dj < 0 else "level"].append(dw)
+            if dj != 0 and dw != 0:
+                decisive += 1
+                agree += (dj > 0) == (dw > 0)
+        cells = [f"{len(v)} ({_signed(sum(v) / len(v)) if v else 'n/a'})" for v in sets.values()]
+        share = f"{100 * agree / decisive:.1f} ({decisive})" if decisive else "n/a"
+        rows.append(f"| ({p}) - ({base}) | {len(keys)} | {' | '.join(cells)} | {share} |")
+    if not rows:
+        return ""
+    return "\n".join(["", "", (f"The training judge against the independent scorer, each arm against ({base}) on the same "
+                     "prompt: how often the judge's total puts the arm's reply higher, level or lower, with the "
+                     "scorer's mean win difference (arm - warm-up) in each set; then the share of the pairs both "
+                     "told apart where the scorer sides with the judge (50%: no better than a coin):"), "",
+                      ("| comparison | pairs | judge: arm higher, n (scorer's win diff.) | level | lower | scorer sides "
+                       "with the judge % (pairs both told apart) |"), "|---|---|---|---|---|---|", *rows])
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}"
 
 
 def _scorer_check_line(scorer: str | None) -> str:

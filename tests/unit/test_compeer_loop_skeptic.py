@@ -167,3 +167,23 @@ def test_degenerate_share_stands_beside_the_real_replies_share_under_the_same_ru
     text = skeptic_table({"c": summarise(rs, n_boot=20)}, {"c": rs}, {"c": "(c) arm"}, {}, 16)
     assert "degenerate % (the real replies')" in text and "| 25.00 [" in text and "(25.00 [" in text
     assert summarise_answers(rs, n_boot=20)["figures"]["reference_degenerate"]["value"] == pytest.approx(25.0)
+
+
+def test_the_training_judge_against_the_independent_scorer_arm_by_arm() -> None:
+    """Per arm against (a) on the same prompt: the judge's higher / level / lower counts with the scorer's mean win
+    difference in each, and the share of pairs both told apart where the scorer sides with the judge; a prompt one
+    of them did not score is left out; no table without (a)."""
+    from compeer_loop.report_checks import judge_against_scorer
+
+    def rec(i: int, total: float, win: float | None) -> dict[str, object]:
+        return {"id": f"p{i}", "status": "ok", "judge_status": "ok", "reward_total": total,
+                "independent_status": "ok" if win is not None else "call_failed", "independent_win": win}
+
+    a = [rec(i, 3.0, 0.5) for i in range(6)]
+    c = [rec(0, 4.0, 1.0), rec(1, 4.0, 0.0), rec(2, 4.0, 1.0),  # judge higher: scorer agrees twice, once not
+         rec(3, 3.0, 0.5),  # level, scorer level
+         rec(4, 2.0, 1.0),  # judge lower, scorer higher: disagrees
+         rec(5, 5.0, None)]  # not scored: left out
+    text = judge_against_scorer({"a": a, "c": c})
+    assert "| (c) - (a) | 5 | 3 (+0.17) | 1 (+0.00) | 1 (+0.50) | 50.0 (4) |" in text
+    assert judge_against_scorer({"c": c}) == "" and judge_against_scorer({"a": a}) == ""
