@@ -146,9 +146,11 @@ def _score_fields(outcome: Any) -> dict[str, Any]:
         return {"judge_status": "invalid_input", "judge_error": f"{outcome.code} {outcome.field}"}
     r = outcome.results[0]
     steps = [v for v in r.rewards.steps if v is not None]
+    graded = r.graded_rewards  # None when the server serves no graded rewards
     return {"judge_status": r.status.value, "reward_total": r.rewards.total,
             "reward_steps": list(r.rewards.steps), "reward_steps_mean": sum(steps) / len(steps) if steps else None,
-            "reward_preference": r.rewards.preference, "reward_format": r.rewards.format}
+            "reward_preference": r.rewards.preference, "reward_format": r.rewards.format,
+            "reward_total_graded": graded.total if graded is not None else None}
 
 
 async def score(records: list[dict[str, Any]], address: str, path: Path) -> dict[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from compeer_loop.plan import JUDGE_BASE
 from compeer_loop.replies import CONSTANT_REPLY, mark_counts, top_reply_share
+from compeer_loop.report_groups import FLAT_STD
 from compeer_loop.stats import MATCHED_LENGTH, PER_PROMPT, disjoint, paired_difference, per_prompt, seed_spread
 from evaluator.metrics import bleu2, distinct_n, rouge_l
 
@@ -189,27 +190,17 @@ def judge_against_scorer(records: dict[str, list[dict[str, Any]]], base: str = "
     agree with the independent scorer's? Per policy other than ``base``, on the prompt x seed pairs both were judged
     and scored: how often the judge's total puts the arm higher, level or lower, the scorer's mean win difference
     (arm - ``base``) in each of those three sets, and the share of pairs both told apart where the scorer's direction
-    is the judge's. Empty without ``base`` or another policy scored by both."""
+    is the judge's; a second row with the graded total where the records carry it (level: within
+    :data:`compeer_loop.report_groups.FLAT_STD`, the judge-flat rule). Empty without ``base`` or another policy
+    scored by both."""
     if base not in records:
         return ""
-    judge_b, win_b = per_prompt(records[base], "reward_total"), per_prompt(records[base], "independent_win")
     rows = []
-    for p, rs in records.items():
-        judge_p, win_p = per_prompt(rs, "reward_total"), per_prompt(rs, "independent_win")
-        keys = sorted(set(judge_p) & set(judge_b) & set(win_p) & set(win_b))
-        if p == base or not keys:
-            continue
-        sets: dict[str, list[float]] = {"higher": [], "level": [], "lower": []}
-        agree = decisive = 0
-        for k in keys:
-            dj, dw = judge_p[k] - judge_b[k], win_p[k] - win_b[k]
-            sets["higher" if dj > 0 else "lower" if dj < 0 else "level"].append(dw)
-            if dj != 0 and dw != 0:
-                decisive += 1
-                agree += (dj > 0) == (dw > 0)
-        cells = [f"{len(v)} ({_signed(sum(v) / len(v)) if v else 'n/a'})" for v in sets.values()]
-        share = f"{100 * agree / decisive:.1f} ({decisive})" if decisive else "n/a"
-        rows.append(f"| ({p}) - ({base}) | {len(keys)} | {' | '.join(cells)} | {share} |")
+    for p in (p for p in records if p != base):
+        for key, label, level in (("reward_total", "", 0.0), ("reward_total_graded", ", graded", FLAT_STD)):
+            row = _agreement_row(records[p], records[base], key, level)
+            if row:
+                rows.append(f"| ({p}) - ({base}){label} | {row} |")
     if not rows:
         return ""
     return "\n".join(["", "", (f"The training judge against the independent scorer, each arm against ({base}) on the same "
@@ -218,6 +209,27 @@ def judge_against_scorer(records: dict[str, list[dict[str, Any]]], base: str = "
                      "told apart where the scorer sides with the judge (50%: no better than a coin):"), "",
                       ("| comparison | pairs | judge: arm higher, n (scorer's win diff.) | level | lower | scorer sides "
                        "with the judge % (pairs both told apart) |"), "|---|---|---|---|---|---|", *rows])
+
+
+def _agreement_row(arm: list[dict[str, Any]], base: list[dict[str, Any]], key: str, level: float) -> str:
+    """One row's cells of :func:`judge_against_scorer` on the judge's ``key`` total ('' when no pair has it)."""
+    judge_p, judge_b = per_prompt(arm, key), per_prompt(base, key)
+    win_p, win_b = per_prompt(arm, "independent_win"), per_prompt(base, "independent_win")
+    keys = sorted(set(judge_p) & set(judge_b) & set(win_p) & set(win_b))
+    if not keys:
+        return ""
+    sets: dict[str, list[float]] = {"higher": [], "level": [], "lower": []}
+    agree = decisive = 0
+    for k in keys:
+        dj, dw = judge_p[k] - judge_b[k], win_p[k] - win_b[k]
+        side = "level" if abs(dj) <= level else "higher" if dj > 0 else "lower"
+        sets[side].append(dw)
+        if side != "level" and dw != 0:
+            decisive += 1
+            agree += (dj > 0) == (dw > 0)
+    cells = [f"{len(v)} ({_signed(sum(v) / len(v)) if v else 'n/a'})" for v in sets.values()]
+    share = f"{100 * agree / decisive:.1f} ({decisive})" if decisive else "n/a"
+    return f"{len(keys)} | {' | '.join(cells)} | {share}"
 
 
 def _signed(x: float) -> str:

@@ -287,6 +287,7 @@ PER_PROMPT: dict[str, Callable[[Record], float | None]] = {
                                    else None),
     "rouge_l": lambda r: r.get("rouge_l"),
     "reward_total": lambda r: r.get("reward_total") if r.get("judge_status") == "ok" else None,
+    "reward_total_graded": lambda r: r.get("reward_total_graded") if r.get("judge_status") == "ok" else None,
     "reward_total_format_ok": lambda r: (r.get("reward_total") if r.get("judge_status") == "ok" and r.get("format_ok")
                                          else None),
     "independent_win": lambda r: r.get("independent_win") if r.get("independent_status") == "ok" else None,

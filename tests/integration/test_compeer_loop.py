@@ -88,6 +88,8 @@ def test_the_loop_runs_arms_evaluates_resumes_and_reports(tmp_path: Path) -> Non
         assert len(records) == 2 and all(r["status"] == "ok" for r in records)
         assert all(r["judge_status"] in ("ok", "parse_failed") for r in records), records
         assert all(r["reward_format"] is not None for r in records)
+        # the server serves graded rewards by default: the evaluation keeps the graded total beside the discrete one
+        assert all(isinstance(r["reward_total_graded"], float) for r in records if r["judge_status"] == "ok"), records
         # the independent scorer (the bare judge base) compared every reply with the real one in both orders
         assert all(r["independent_status"] in ("ok", "failed") and r["independent_win"] in (None, 0.0, 0.5, 1.0)
                    and (r["independent_win"] is None) == (r["independent_status"] != "ok") for r in records), records

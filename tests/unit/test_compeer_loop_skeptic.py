@@ -186,4 +186,12 @@ def test_the_training_judge_against_the_independent_scorer_arm_by_arm() -> None:
          rec(5, 5.0, None)]  # not scored: left out
     text = judge_against_scorer({"a": a, "c": c})
     assert "| (c) - (a) | 5 | 3 (+0.17) | 1 (+0.00) | 1 (+0.50) | 50.0 (4) |" in text
+    assert ", graded" not in text  # records without a graded total: no graded row
+    # graded totals: a difference within the judge-flat rule (0.05) is level
+    for r, g in zip(a, [3.0] * 6):
+        r["reward_total_graded"] = g
+    for r, g in zip(c, [3.04, 2.5, 3.5, 3.0, 3.0, 3.0]):
+        r["reward_total_graded"] = g
+    text = judge_against_scorer({"a": a, "c": c})
+    assert "| (c) - (a), graded | 5 | 1 (+0.50) | 3 (+0.33) | 1 (-0.50) | 100.0 (2) |" in text
     assert judge_against_scorer({"c": c}) == "" and judge_against_scorer({"a": a}) == ""
