@@ -28,6 +28,7 @@ from typing import Any
 from compeer_loop.plan import ARM_BY_NAME, LoopSettings, all_judges, grpo_overrides
 from compeer_loop.rescore import NOT_RERUN
 from compeer_loop.runner import PLAN_FILE, STATE_FILE, WARMUP_ADAPTER, Driver, load_settings, stop_servers
+from evaluator.runs import ITEMS
 from judge.settings import add_arguments, from_namespace
 
 log = logging.getLogger("compeer_loop")
@@ -196,6 +197,21 @@ def _answers(root: Path, policy: str, n_boot: int) -> int:
     return 0
 
 
+def eval_progress(out: Path) -> str:
+    """How far a running evaluation (``ROOT/eval/<policy>``) got, read from its files: prompts answered
+    (``gold/items.jsonl``), replies the judge scored (``scored.jsonl``), whether its records are written, and the
+    ESC-Eval-style dialogues done (``esc/items.jsonl``), so a time-limited call can tell how much is left."""
+    def lines(path: Path) -> int:
+        return sum(1 for _ in path.open(encoding="utf-8")) if path.exists() else 0
+
+    parts = [f"answered {lines(out / 'gold' / ITEMS)}", f"judged {lines(out / 'scored.jsonl')}"]
+    if (out / "records.jsonl").exists():
+        parts.append("records written")
+    if (out / "esc").exists():
+        parts.append(f"ESC dialogues {lines(out / 'esc' / ITEMS)}")
+    return ", ".join(parts)
+
+
 def _status(root: Path) -> int:
     path = root / STATE_FILE
     if not path.exists():
@@ -214,7 +230,7 @@ def _status(root: Path) -> int:
         if a.get("ran_on"):
             print(f"    ran on {a['ran_on']}")
     for name, e in sorted(st["eval"].items()):
-        print(f"  eval {name}: {e}")
+        print(f"  eval {name}: {e}" + (f" ({eval_progress(root / 'eval' / name)})" if e == "running" else ""))
     done = root / "DONE"
     print("DONE: " + done.read_text() if done.exists() else "running or stopped")
     return 0

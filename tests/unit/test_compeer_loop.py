@@ -891,3 +891,24 @@ def test_the_gpu_script_packs_every_seed_folder_of_a_seeds_run(tmp_path: Path) -
     assert "seed0/eval/base/records.jsonl" in listed and "seed1/eval/base/records.jsonl" not in listed
     status = (tmp_path / "out" / "status.txt").read_text()
     assert "== seed0/" in status and "== seed1/" in status
+
+
+def test_status_says_how_far_a_running_evaluation_got(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`compeer-loop status` reads a running evaluation's files: prompts answered, replies judged, records written,
+    ESC-Eval-style dialogues done; a finished or waiting one is shown as before."""
+    from compeer_loop.cli import main
+
+    (tmp_path / "state.json").write_text(json.dumps({"elapsed_s": 5, "servers": {}, "arms": {},
+                                                     "eval": {"a": "done", "c": "running", "e": "running"}}))
+    c = tmp_path / "eval" / "c"
+    (c / "gold").mkdir(parents=True)
+    (c / "gold" / "items.jsonl").write_text('{"id": 1}\n{"id": 2}\n{"id": 3}\n')
+    (c / "scored.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    (c / "records.jsonl").write_text("")
+    (c / "esc").mkdir()
+    (c / "esc" / "items.jsonl").write_text('{"id": 1}\n')
+    assert main(["status", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "  eval a: done\n" in out
+    assert "  eval c: running (answered 3, judged 2, records written, ESC dialogues 1)\n" in out
+    assert "  eval e: running (answered 0, judged 0)\n" in out
