@@ -227,13 +227,9 @@ def _agreement_row(arm: list[dict[str, Any]], base: list[dict[str, Any]], key: s
         if side != "level" and dw != 0:
             decisive += 1
             agree += (dj > 0) == (dw > 0)
-    cells = [f"{len(v)} ({_signed(sum(v) / len(v)) if v else 'n/a'})" for v in sets.values()]
+    cells = [f"{len(v)} ({f'{sum(v) / len(v):+.2f}' if v else 'n/a'})" for v in sets.values()]
     share = f"{100 * agree / decisive:.1f} ({decisive})" if decisive else "n/a"
     return f"{len(keys)} | {' | '.join(cells)} | {share}"
-
-
-def _signed(x: float) -> str:
-    return f"{x:+.2f}"
 
 
 def _scorer_check_line(scorer: str | None) -> str:

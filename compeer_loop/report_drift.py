@@ -13,18 +13,17 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from cer.reasoning import reply_text
-from cer.taxonomy import Taxonomy, load_taxonomy, named_strategy
 from compeer_loop.report_runs import arm_logs
 from compeer_loop.seeds import Replicate
 from data_builder.policy_negatives import COMPLETIONS_FILE, is_degenerate
+from evaluator.prompts import cer_reply
 
 
-def quarter_figures(rows: Sequence[dict[str, Any]], taxonomy: Taxonomy) -> dict[str, dict[str, Any]] | None:
+def quarter_figures(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
     """``{"first": ..., "last": ...}`` for one arm's logged candidates: the first and the last quarter of its steps
-    (by step number), each with ``n`` (candidates), ``top`` / ``top_share`` (the strategy named most in step 3, None
-    for no strategy named, and its share), ``words`` (mean reply words) and ``degenerate`` (share); None when the arm
-    logged fewer than 4 steps."""
+    (by step number), each with ``n`` (candidates), ``top`` / ``top_share`` (the strategy named most in step 3, read
+    as the evaluation reads it, :func:`evaluator.prompts.cer_reply`; None for no strategy named; and its share),
+    ``words`` (mean reply words) and ``degenerate`` (share); None when the arm logged fewer than 4 steps."""
     steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
     if len(steps) < 4:
         return None
@@ -32,14 +31,9 @@ def quarter_figures(rows: Sequence[dict[str, Any]], taxonomy: Taxonomy) -> dict[
     out = {}
     for name, keep in (("first", set(steps[:k])), ("last", set(steps[-k:]))):
         part = [r for r in rows if r.get("step") in keep]
-        named: Counter[str | None] = Counter()
-        words = 0
-        for r in part:
-            reply, parsed = reply_text(str(r.get("text", "")))
-            step3 = parsed.parts.get("strategy")
-            named[named_strategy(step3, taxonomy) if step3 else None] += 1
-            words += len(reply.split())
-        top, count = named.most_common(1)[0]
+        read = [cer_reply(str(r.get("text", ""))) for r in part]
+        top, count = Counter(c["strategy"] for c in read).most_common(1)[0]
+        words = sum(len(c["text"].split()) for c in read)
         out[name] = {"n": len(part), "top": top, "top_share": count / len(part), "words": words / len(part),
                      "degenerate": sum(is_degenerate(r.get("mark")) for r in part) / len(part)}
     return out
@@ -48,10 +42,9 @@ def quarter_figures(rows: Sequence[dict[str, Any]], taxonomy: Taxonomy) -> dict[
 def drift_section(reps: Sequence[Replicate]) -> list[str]:
     """The table (a row per GRPO arm, per seed when several) with its explanation; no lines when no arm logged its
     completions."""
-    taxonomy = load_taxonomy()
     rows = []
     for tag, logged in arm_logs(reps, COMPLETIONS_FILE):
-        q = quarter_figures(logged, taxonomy)
+        q = quarter_figures(logged)
         if q is None:
             continue
         f, la = q["first"], q["last"]

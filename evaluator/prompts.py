@@ -139,6 +139,17 @@ def model_format_setting(default: str) -> Any:
                         "<response> part (policy checkpoints)")
 
 
+def cer_reply(raw: str) -> dict[str, Any]:
+    """What a CER policy output says: ``text`` (its ``<response>`` part, the tag-stripped output when that part is
+    missing), ``raw``, ``format_ok`` / ``missing`` (how well formed it was) and ``strategy`` (the taxonomy strategy
+    its ``<strategy>`` part names, None when none). The one reading of a policy's output for the evaluation and the
+    loop's report on its training rollouts."""
+    reply, parsed = reply_text(raw)
+    step3 = parsed.parts["strategy"]
+    return {"text": reply, "raw": raw, "format_ok": parsed.ok, "missing": parsed.missing,
+            "strategy": named_strategy(step3, load_taxonomy()) if step3 else None}
+
+
 async def model_reply(role: ChatRole, history: list[Turn], fmt: str, language: str, request_id: str,
                       prompts: Prompts) -> dict[str, Any]:
     """One reply of the model under test after ``history``.
@@ -154,9 +165,4 @@ async def model_reply(role: ChatRole, history: list[Turn], fmt: str, language: s
         messages += [{"role": "user" if t.role is Role.SEEKER else "assistant", "content": t.text} for t in history]
     done = await role.ask(messages, lambda text: text, request_id)
     raw = done.text
-    if fmt != "cer":
-        return {"text": raw.strip(), "raw": raw}
-    reply, parsed = reply_text(raw)
-    step3 = parsed.parts["strategy"]
-    return {"text": reply, "raw": raw, "format_ok": parsed.ok, "missing": parsed.missing,
-            "strategy": named_strategy(step3, load_taxonomy()) if step3 else None}
+    return cer_reply(raw) if fmt == "cer" else {"text": raw.strip(), "raw": raw}

@@ -233,7 +233,6 @@ def test_judge_flat_groups_show_what_the_reweighting_alone_pushed(tmp_path: Path
 def test_training_drift_reads_the_first_and_last_quarter_of_an_arms_rollouts(tmp_path: Path) -> None:
     """Per arm: the strategy named most in step 3 (and its share), reply words and the degenerate share, first ->
     last quarter of the logged steps; an arm logging fewer than 4 steps, or none, gets no row."""
-    from cer.taxonomy import load_taxonomy
     from compeer_loop.report_drift import drift_section, quarter_figures
 
     def rollout(step: int, strategy: str | None, words: int, mark: str | None = None) -> dict[str, object]:
@@ -244,13 +243,13 @@ def test_training_drift_reads_the_first_and_last_quarter_of_an_arms_rollouts(tmp
     middle = [rollout(s, "Providing Suggestions", 25) for s in range(3, 7)]
     late = [rollout(7, "Question", 10, "generic/template"), rollout(8, "Question", 10), rollout(8, None, 4,
             "degenerate/stage_label"), rollout(7, "Question", 12, "echo/echo")]  # an echo is not degenerate
-    q = quarter_figures([*early, *middle, *late], load_taxonomy())
+    q = quarter_figures([*early, *middle, *late])
     assert q is not None
     assert (q["first"]["top"], q["first"]["top_share"], q["first"]["n"]) == ("Self-disclosure", pytest.approx(0.6), 5)
     assert q["first"]["words"] == pytest.approx(26.0) and q["first"]["degenerate"] == 0.0
     assert (q["last"]["top"], q["last"]["top_share"]) == ("Question", pytest.approx(0.75))
     assert q["last"]["words"] == pytest.approx(9.0) and q["last"]["degenerate"] == pytest.approx(0.5)
-    assert quarter_figures(early, load_taxonomy()) is None  # 2 steps logged
+    assert quarter_figures(early) is None  # 2 steps logged
     root = seed_folder(tmp_path / "loop", 0, {"a": [0.5] * PROMPTS, "c": [0.5] * PROMPTS})
     assert drift_section(load_replicates([root])) == []
     (root / "c" / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*early, *middle, *late]))
