@@ -33,8 +33,7 @@ from compeer_loop.report_checks import (
     replies_lines,
     skeptic_table,
 )
-from compeer_loop.report_drift import drift_section
-from compeer_loop.report_groups import flat_groups_section
+from compeer_loop.report_drift import training_sections
 from compeer_loop.report_runs import (
     gpu_sections,
     judges_and_machines,
@@ -195,7 +194,7 @@ def what_the_reward_follows(records: dict[str, list[dict[str, Any]]], reps: Sequ
                                   "last column is the least-squares slope of the logged reward per step over the second "
                                   "half of the steps, with a 95% interval (the steps resampled): an interval holding 0 "
                                   "says the last half's trend is not told from the noise, its width how large a trend "
-                                  "the noise could hide:"), "", *train, *flat_groups_section(reps), *drift_section(reps)])
+                                  "the noise could hide:"), "", *train, *training_sections(reps)])
 
 
 def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:

@@ -13,7 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from compeer_loop.report_groups import flat_groups_section
 from compeer_loop.report_runs import arm_logs
+from compeer_loop.report_strategy import strategy_section
 from compeer_loop.seeds import Replicate
 from data_builder.policy_negatives import COMPLETIONS_FILE, is_degenerate
 from evaluator.prompts import cer_reply
@@ -58,3 +60,10 @@ def drift_section(reps: Sequence[Replicate]) -> list[str]:
                  "the mean reply words, the share the degenerate-reply rule marks (as in the evaluation):"), "",
             "| arm | strategy named most (share) | reply words | degenerate % | rollouts (first / last quarter) |",
             "|---|---|---|---|---|", *rows]
+
+
+def training_sections(reps: Sequence[Replicate]) -> list[str]:
+    """The tables read from the GRPO arms' logged candidates, in the report's order: where the advantage came from
+    (:mod:`compeer_loop.report_groups`), what the arms wrote (:func:`drift_section`) and what the judge favoured by
+    named strategy (:mod:`compeer_loop.report_strategy`)."""
+    return [*flat_groups_section(reps), *drift_section(reps), *strategy_section(reps)]

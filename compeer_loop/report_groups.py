@@ -31,10 +31,20 @@ PUSH_STD = 1e-3
 TRL_STD_EPS = 1e-4
 
 
-def _judge_total(r: dict[str, Any]) -> float:
+def judge_total(r: dict[str, Any]) -> float:
     """The judge's total of a candidate before any reweighting: the graded total where logged, else the discrete."""
     g = r.get("graded_total")
     return float(g if g is not None else r["total"])
+
+
+def scored_groups(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """An arm's logged candidates as rollout groups: those of one ``(step, call, group)`` whose reward call was ok, with
+    a reward and a judge total; groups of 2 or more only (in log order)."""
+    groups: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:  # a resumed arm numbers its reward calls from 1 again: the step keeps its groups apart
+        if r.get("status") == "ok" and r.get("reward") is not None and r.get("total") is not None:
+            groups[(r.get("step"), r.get("call"), r.get("group"))].append(r)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def _words(text: str) -> int:
@@ -57,13 +67,9 @@ def flat_group_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     |advantage| TRL gives a candidate, :func:`_mean_abs_advantage`, in those groups and in all) and
     ``words_favoured`` / ``words_others`` / ``pushed`` (reply words of the candidate the reward used ranks first in
     the flat groups it spreads by more than :data:`PUSH_STD`, the mean of the others, and how many such groups).
-    A group is the candidates of one ``(step, call, group)``."""
-    groups: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:  # a resumed arm numbers its reward calls from 1 again: the step keeps its groups apart
-        if r.get("status") == "ok" and r.get("reward") is not None and r.get("total") is not None:
-            groups[(r.get("step"), r.get("call"), r.get("group"))].append(r)
-    scored = [g for g in groups.values() if len(g) > 1]
-    flat = [g for g in scored if float(np.std([_judge_total(r) for r in g])) < FLAT_STD]
+    A group is the candidates of one ``(step, call, group)`` (:func:`scored_groups`)."""
+    scored = scored_groups(rows)
+    flat = [g for g in scored if float(np.std([judge_total(r) for r in g])) < FLAT_STD]
     rhos, favoured, others, spreads = [], [], [], []
     for g in flat:
         used = np.array([float(r["reward"]) for r in g])
