@@ -70,14 +70,24 @@ def _edge(cells: Sequence[tuple[int, float]], n_groups: int, seed: int = 0) -> d
             "n": len(cells)}
 
 
+def _components(r: dict[str, Any]) -> np.ndarray | None:
+    """A candidate's discrete verdicts as one vector: steps 1-3, preference, format (None when not all logged)."""
+    steps, pref, fmt = r.get("steps"), r.get("preference"), r.get("format")
+    if not isinstance(steps, list) or len(steps) != 3 or pref is None or fmt is None:
+        return None
+    return np.array([*steps, pref, fmt], dtype=float)
+
+
 def strategy_edges(rows: Sequence[dict[str, Any]], turns: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """For one arm's logged candidates: ``groups`` (scored groups whose round has an annotated strategy), ``right`` /
     ``wrong`` (the edge of candidates naming the annotated strategy / another one; :func:`_edge`) and ``favourite``
     (the strategy with the largest edge where it is not the annotated one, among those named so at least
-    :data:`MIN_NAMED` times, with its edge; None when none is)."""
+    :data:`MIN_NAMED` times, with its edge; None when none is) and ``favourite_parts`` (its edge per discrete
+    component: steps 1-3, preference, format; None without them)."""
     right: list[tuple[int, float]] = []
     wrong: list[tuple[int, float]] = []
     by_strategy: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    parts_by_strategy: dict[str, list[np.ndarray]] = defaultdict(list)
     n = 0
     for group in scored_groups(rows):
         first = group[0]
@@ -87,7 +97,10 @@ def strategy_edges(rows: Sequence[dict[str, Any]], turns: dict[str, list[dict[st
         if gold is None:
             continue
         mean = float(np.mean([judge_total(r) for r in group]))
-        for r in group:
+        parts = [_components(r) for r in group]
+        known = [p for p in parts if p is not None]
+        parts_mean = np.mean(known, axis=0) if len(known) == len(parts) else None
+        for r, part in zip(group, parts):
             named = cer_reply(str(r.get("text", "")))["strategy"]
             if named is None:
                 continue
@@ -97,11 +110,15 @@ def strategy_edges(rows: Sequence[dict[str, Any]], turns: dict[str, list[dict[st
             else:
                 wrong.append(cell)
                 by_strategy[named].append(cell)
+                if parts_mean is not None and part is not None:
+                    parts_by_strategy[named].append(part - parts_mean)
         n += 1
     ranked = [(float(np.mean([e for _, e in cs])), s) for s, cs in by_strategy.items() if len(cs) >= MIN_NAMED]
     fav = max(ranked)[1] if ranked else None
+    fav_parts = parts_by_strategy.get(fav) if fav else None
     return {"groups": n, "right": _edge(right, n), "wrong": _edge(wrong, n),
-            "favourite": (fav, _edge(by_strategy[fav], n)) if fav else None}
+            "favourite": (fav, _edge(by_strategy[fav], n)) if fav else None,
+            "favourite_parts": [float(x) for x in np.mean(fav_parts, axis=0)] if fav_parts else None}
 
 
 def _cell(e: dict[str, Any] | None) -> str:
@@ -119,7 +136,8 @@ def strategy_section(reps: Sequence[Replicate]) -> list[str]:
              "a candidate's judge total minus its group's mean (its edge), for candidates naming the strategy annotated "
              "at that round of ESConv train and for those naming another; then the strategy the judge favoured most "
              f"where it was not the annotated one (named so at least {MIN_NAMED} times; the largest of up to eight, so "
-             "its interval, not corrected for that choice, overstates the certainty). Intervals: the groups resampled "
+             "its interval, not corrected for that choice, overstates the certainty), and which discrete verdicts "
+             "carry its edge. Intervals: the groups resampled "
              f"({N_BOOT} times). A judge that follows the moment gives the annotated strategy the larger edge")
     if turns is None:
         return ["", f"{intro}; not computed here: {source}."]
@@ -127,7 +145,9 @@ def strategy_section(reps: Sequence[Replicate]) -> list[str]:
     for tag, cands in logged:
         f = strategy_edges(cands, turns)
         fav = "n/a" if f["favourite"] is None else f"{f['favourite'][0]}: {_cell(f['favourite'][1])}"
-        rows.append(f"| {tag} | {f['groups']} | {_cell(f['right'])} | {_cell(f['wrong'])} | {fav} |")
+        parts = "n/a" if f["favourite_parts"] is None else " / ".join(f"{x:+.3f}" for x in f["favourite_parts"])
+        rows.append(f"| {tag} | {f['groups']} | {_cell(f['right'])} | {_cell(f['wrong'])} | {fav} | {parts} |")
     return ["", f"{intro}. Annotations read from {source}:", "",
             ("| arm | groups | edge, names the annotated strategy (n) | edge, names another (n) | favoured most where "
-             "not annotated: edge (n) |"), "|---|---|---|---|---|", *rows]
+             "not annotated: edge (n) | its edge by verdict: step 1 / 2 / 3 / preference / format |"),
+            "|---|---|---|---|---|---|", *rows]

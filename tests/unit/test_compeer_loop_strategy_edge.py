@@ -32,10 +32,13 @@ def _train(tmp_path: Path) -> tuple[Path, str]:
     return path, str(records[0]["id"])
 
 
-def _cand(dialogue: str, round_index: int, group: int, strategy: str | None, total: float) -> dict[str, object]:
+def _cand(dialogue: str, round_index: int, group: int, strategy: str | None, total: float,
+          parts: tuple[float, ...] | None = None) -> dict[str, object]:
     step3 = f"<strategy>I will use {strategy}.</strategy>" if strategy else ""
+    verdicts = {"steps": list(parts[:3]), "preference": parts[3], "format": parts[4]} if parts else {}
     return {"step": 1, "call": 1, "group": group, "dialogue_id": dialogue, "round_index": round_index,
-            "status": "ok", "reward": total, "total": total, "text": f"{step3}<response>Okay then.</response>"}
+            "status": "ok", "reward": total, "total": total, "text": f"{step3}<response>Okay then.</response>",
+            **verdicts}
 
 
 def test_edges_split_by_the_annotated_strategy_of_each_round(tmp_path: Path) -> None:
@@ -52,10 +55,13 @@ def test_edges_split_by_the_annotated_strategy_of_each_round(tmp_path: Path) -> 
     assert f["right"]["mean"] == pytest.approx((1 + 1 - 1) / 3) and f["right"]["n"] == 3
     assert f["wrong"]["mean"] == pytest.approx(0.0) and f["wrong"]["n"] == 2
     assert f["right"]["lo"] <= f["right"]["mean"] <= f["right"]["hi"]
-    assert f["favourite"] is None  # no strategy named MIN_NAMED times where not annotated
-    many = [_cand(did, 2, g, s, t) for g in range(MIN_NAMED) for s, t in (("Question", 5.0), ("Others", 3.0))]
-    fav = strategy_edges(many, turns)["favourite"]
-    assert fav[0] == "Question" and fav[1]["mean"] == pytest.approx(1.0) and fav[1]["n"] == MIN_NAMED
+    assert f["favourite"] is None and f["favourite_parts"] is None  # none named MIN_NAMED times out of place
+    # the favourite's edge by verdict: Question wins the preference (+1 against -1) and step 1 (+1 against +1 - 2)
+    many = [_cand(did, 2, g, s, t, parts) for g in range(MIN_NAMED)
+            for s, t, parts in (("Question", 5.0, (1, 1, 1, 1, 1)), ("Others", 1.0, (-1, 1, 1, -1, 1)))]
+    f = strategy_edges(many, turns)
+    assert f["favourite"][0] == "Question" and f["favourite"][1]["mean"] == pytest.approx(2.0)
+    assert f["favourite"][1]["n"] == MIN_NAMED and f["favourite_parts"] == pytest.approx([1.0, 0.0, 0.0, 1.0, 0.0])
 
 
 def test_the_section_reads_the_train_file_named_in_the_prompts_manifest(tmp_path: Path) -> None:
@@ -68,7 +74,8 @@ def test_the_section_reads_the_train_file_named_in_the_prompts_manifest(tmp_path
     manifest = {"inputs": {"train": {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}}
     (root / "prompts-manifest.json").write_text(json.dumps(manifest))
     lines = strategy_section(reps)
-    assert lines[-1].startswith(f"| (c) | {MIN_NAMED} | n/a | +0.000 [") and "| Question: +1.000 [+1.000, +1.000]" in lines[-1]
+    assert lines[-1].startswith(f"| (c) | {MIN_NAMED} | n/a | +0.000 [")
+    assert lines[-1].endswith(f"| Question: +1.000 [+1.000, +1.000] ({MIN_NAMED}) | n/a |")  # no verdicts logged
     manifest["inputs"]["train"]["sha256"] = "0" * 64
     (root / "prompts-manifest.json").write_text(json.dumps(manifest))
     assert "differs from the file the prompts were built from" in strategy_section(reps)[-1]
