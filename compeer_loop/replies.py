@@ -9,6 +9,7 @@ distinct-n on the first tokens, and a constant generic reply as a control.
 - :func:`first_tokens`: the first ``n`` tokens of a reply (the evaluator's tokeniser), so distinct-n can be read
   apart from reply length.
 - :data:`CONSTANT_REPLY`: the generic reply whose ROUGE-L and BLEU-2 the report shows as a control row.
+- :func:`asks_question`: whether a reply asks the seeker something (a question mark in it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from evaluator.metrics import tokenize
 
 #: the constant control reply (a one-size-fits-all empathy template)
 CONSTANT_REPLY = "I understand how you feel. That sounds really hard, and I am here for you."
+
+
+def asks_question(text: str) -> bool:
+    """Whether the reply asks a question: it holds a question mark (ASCII or full-width)."""
+    return "?" in text or "\uff1f" in text
 
 
 def top_reply_share(texts: Sequence[str]) -> tuple[float | None, str | None]:
@@ -43,5 +49,5 @@ def mark_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 
 # the rule itself lives with the dataset pipeline's labeller; the report reads it from here
-__all__ = ["CONSTANT_REPLY", "DEGENERATE_KINDS", "first_tokens", "is_degenerate", "mark_counts", "mark_reply",
+__all__ = ["CONSTANT_REPLY", "DEGENERATE_KINDS", "asks_question", "first_tokens", "is_degenerate", "mark_counts", "mark_reply",
            "top_reply_share"]

@@ -33,11 +33,10 @@ from compeer_loop.report_checks import (
     replies_lines,
     skeptic_table,
 )
-from compeer_loop.report_drift import training_sections
+from compeer_loop.report_follows import what_the_reward_follows
 from compeer_loop.report_runs import (
     gpu_sections,
     judges_and_machines,
-    late_slopes,
     quarters,
     scored_by_training_weights,
     trained_against,
@@ -55,7 +54,6 @@ from compeer_loop.seeds import (
     seeded,
     seeds_of,
 )
-from compeer_loop.stats import judge_follows
 from evaluator.esc_eval import flat_note
 from judge.model_store import BASES, DEFAULT_MODEL, DEFAULT_MODEL_NAME
 
@@ -162,39 +160,6 @@ def esc_section(reps: Sequence[Replicate]) -> str:
                          "The scorer is a zero-shot instruct model, not a trained rater")
                       + "; the unparsed share and the lines below say how little."),
                       "", *rows, *([""] + flat if flat else [])])
-
-
-def what_the_reward_follows(records: dict[str, list[dict[str, Any]]], reps: Sequence[Replicate],
-                            labels: dict[str, str] | None = None) -> str:
-    """Two generated tables: what the trained judge's total follows in each policy's evaluated replies (seeds
-    pooled), and how truncation, length and the format reward moved in training (first -> last quarter of the steps;
-    a row per arm and seed when several)."""
-    labels = labels or {}
-    rows = [("| policy | replies (format ok, judged) | Spearman rho (length in words, total) | total, named strategy = "
-            "annotated (n) | total, other strategy (n) |"), "|---|---|---|---|---|"]
-    for p, rs in records.items():
-        f = judge_follows(rs)
-        rows.append(f"| {labels.get(p) or policy_label(p)} | {f['n']} | {_fmt(f['rho_length_total'])} | "
-                    f"{_fmt(f['total_strategy_right'])} ({f['n_right']}) | {_fmt(f['total_strategy_wrong'])} "
-                    f"({f['n_wrong']}) |")
-    keys = ("completions/clipped_ratio", "completions/mean_length", "compeer/format_reward_mean",
-            "compeer/preference_reward_mean")
-    moved = {k: quarters(reps, k) for k in keys}
-    slopes = late_slopes(reps, "reward")
-    train = [("| arm | truncated at max_completion_length | completion length (tokens) | format reward (the arm's judge) | "
-             "preference reward (the arm's judge) | reward, second half: slope per step [95%] |"),
-             "|---|---|---|---|---|---|"]
-    for arm in moved[keys[0]]:
-        slope = ("{:+.4f} [{:+.4f}, {:+.4f}]".format(*slopes[arm])) if arm in slopes else "n/a"
-        train.append(f"| {arm} | " + " | ".join(
-            f"{moved[k][arm][0]:.2f} -> {moved[k][arm][1]:.2f}" if arm in moved[k] else "n/a" for k in keys)
-            + f" | {slope} |")
-    return "\n".join([*rows, "", (f"In training (first -> last quarter of the steps; `max_completion_length` "
-                                  f"{reps[0].settings.max_completion_length}). Has the training reward flattened? The "
-                                  "last column is the least-squares slope of the logged reward per step over the second "
-                                  "half of the steps, with a 95% interval (the steps resampled): an interval holding 0 "
-                                  "says the last half's trend is not told from the noise, its width how large a trend "
-                                  "the noise could hide:"), "", *train, *training_sections(reps)])
 
 
 def _steps_phrase(s: LoopSettings, eval_steps: dict[str, int] | None) -> str:

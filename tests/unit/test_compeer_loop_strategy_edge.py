@@ -81,3 +81,31 @@ def test_the_section_reads_the_train_file_named_in_the_prompts_manifest(tmp_path
     assert "differs from the file the prompts were built from" in strategy_section(reps)[-1]
     path.unlink()
     assert "is not found here" in strategy_section(reps)[-1]
+
+
+def test_questions_out_of_place_compare_the_judges_preference_with_the_scorers_win() -> None:
+    """Only format-valid judged replies at rounds annotated with another strategy than Question count; a reply asks
+    when it holds a question mark; short = at most SHORT_WORDS words; the differences are asking - not."""
+    from compeer_loop.replies import asks_question
+    from compeer_loop.report_follows import SHORT_WORDS, question_figures, questions_table
+
+    def rec(text: str, pref: float, win: float | None, gold: str = "Providing Suggestions", ok: bool = True) -> dict:
+        return {"text": text, "reward_preference": pref, "gold_strategy": gold, "format_ok": ok, "judge_status": "ok",
+                "independent_win": win, "independent_status": "ok" if win is not None else "failed"}
+
+    long_q = "How are you feeling about " + " ".join(["it"] * SHORT_WORDS) + "?"
+    rs = [rec("How are you?", 1.0, 0.0), rec(long_q, 0.0, 0.5), rec("Try a walk.", -1.0, 1.0),
+          rec("Maybe talk to your manager about the workload you carry this week.", 1.0, None),
+          rec("Why?", 1.0, 0.0, gold="Question"),  # annotated Question: not counted
+          rec("What now?", 1.0, 0.0, ok=False), {**rec("So what?", 1.0, 0.0), "judge_status": "failed"}]
+    assert asks_question("Really\uff1f") and not asks_question("Fine.")
+    f = question_figures(rs)
+    assert f["ask"] == {"pref": [1.0, 0.0], "win": [0.0, 0.5]}
+    assert f["not"] == {"pref": [-1.0, 1.0], "win": [1.0]}  # a scorer failure keeps the preference, not a win
+    assert f["short_ask"] == {"pref": [1.0], "win": [0.0]} and f["short_not"] == {"pref": [-1.0], "win": [1.0]}
+    row = questions_table({"a": rs}, {"a": "(a) warm-up"})[-1]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "(a) warm-up" and cells[1] == "2 / 2" and cells[4] == "1 / 1"
+    assert cells[2].startswith("+0.50 [") and cells[3].startswith("-0.75 [")  # 0.5 - 0.0; 0.25 - 1.0
+    assert cells[5] == "+2.00 [+2.00, +2.00]" and cells[6] == "-1.00 [-1.00, -1.00]"
+    assert questions_table({"a": rs[4:5]})[-1] == "| a | 0 / 0 | n/a | n/a | 0 / 0 | n/a | n/a |"
