@@ -10,6 +10,7 @@
     compeer-loop stop    --root ROOT                 # stop the reward servers run started
     compeer-loop merge   --out ROOT SRC SRC...       # loop folders trained on different machines, into one
     compeer-loop rescore --root ROOT --out NEWROOT --scorer base:qwen2.5-coder-0.5b  # evaluations, another scorer
+    compeer-loop rejudge --root ROOT --out NEWROOT --address HOST:PORT     # evaluations, another training judge
     compeer-loop report  --root ROOT --out DIR       # report.md, curves, side-by-side replies
     compeer-loop across  --run N1=R0,R1 --run N2=R0 --out FILE.md  # arms of two runs, each through its own warm-up
 """
@@ -87,6 +88,13 @@ def make_parser() -> argparse.ArgumentParser:
                                                     "HF folder")
     rs.add_argument("--policies", nargs="+", help="re-score these evaluated policies only (default: every one)")
     rs.add_argument("--concurrency", type=int, help="scorer requests in flight (default: the plan's eval_concurrency)")
+    text = ("copy ROOT to a new folder and judge its evaluations' replies again with the reward server at --address "
+            "(any judge it serves); NEWROOT/rejudged.json names that judge (its Info), from where and when")
+    rj = sub.add_parser("rejudge", help=text, description=text)
+    rj.add_argument("--root", type=Path, required=True, help="the loop folder whose evaluations are judged again")
+    rj.add_argument("--out", type=Path, required=True, help="the new loop folder (must not exist or be empty)")
+    rj.add_argument("--address", required=True, help="the reward server's gRPC address, HOST:PORT")
+    rj.add_argument("--policies", nargs="+", help="judge these evaluated policies only (default: every one)")
     rp = sub.add_parser("report", help="write the report from ROOT (several --root: seed replicates, seeds pooled)")
     rp.add_argument("--root", type=Path, required=True, action="append",
                     help="a loop folder; repeat it for seed replicates (one folder per seed, plans equal but the seed)")
@@ -287,6 +295,13 @@ def main(argv: list[str] | None = None) -> int:
             done = rescore(args.root, args.out, args.scorer, args.policies, args.concurrency)
             print(json.dumps({"root": str(args.out), "scorer": args.scorer,
                               "policies": {k: v["independent_status"] for k, v in done["policies"].items()}}))
+            return 0
+        if args.command == "rejudge":
+            from compeer_loop.rejudge import rejudge
+
+            done = rejudge(args.root, args.out, args.address, args.policies)
+            print(json.dumps({"root": str(args.out), "judge": done["judge"],
+                              "policies": {k: v["judge_status"] for k, v in done["policies"].items()}}))
             return 0
         from compeer_loop.report import write_report
 

@@ -23,6 +23,7 @@ from compeer_loop.across import across_goals, compare_runs
 from compeer_loop.evaluate import ESC_FILE
 from compeer_loop.plan import ARM_BY_NAME, BASE_POLICY, LoopSettings, warmup_length
 from compeer_loop.prompts import read_jsonl
+from compeer_loop.rejudge import judge_phrase
 from compeer_loop.replies import CONSTANT_REPLY
 from compeer_loop.report_checks import (
     constant_row,
@@ -224,7 +225,7 @@ def _settings_line(reps: Sequence[Replicate], counts: dict[str, Any], per_dialog
             f"from {warmup}; prompts from ESConv train "
             f"({counts.get('grpo_train', '?')} GRPO prompts, {counts.get('warmup', '?')} warm-up rows), evaluation on "
             f"{counts.get('eval', '?')} valid-split prompts ({per_dialogue} round(s) per valid dialogue), greedy, "
-            f"{s.eval_max_tokens} new tokens. Judge scores: the shipped trained judge (unified mode). Intervals: "
+            f"{s.eval_max_tokens} new tokens. Judge scores: {judge_phrase(reps[0].root)}. Intervals: "
             f"bootstrap 95% over {over} ({n_boot} resamples)." + (CORPUS_NOTE if many else ""))
 
 
