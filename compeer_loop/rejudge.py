@@ -27,11 +27,12 @@ from typing import Any
 
 from compeer_loop.evaluate import score
 from compeer_loop.prompts import read_jsonl
+from compeer_loop.rescore import RECORDS, evaluated_policies
 from data_builder.records import write_jsonl
 from reward_server.client import RewardClient
 
 log = logging.getLogger(__name__)
-REJUDGED_FILE, RECORDS, SCORED = "rejudged.json", "records.jsonl", "scored.jsonl"
+REJUDGED_FILE, SCORED = "rejudged.json", "scored.jsonl"
 #: the record fields a judgment writes (compeer_loop.evaluate._score_fields), replaced as a whole
 JUDGE_FIELDS = ("judge_", "reward_")
 
@@ -68,16 +69,9 @@ def rejudge(root: Path, out: Path, address: str, policies: Sequence[str] | None 
     records again (``policies``: those only; default every ``eval/*/records.jsonl``) with the reward server at
     ``address``. Returns ``rejudged.json``'s content. ValueError before anything is copied for a bad ``out`` or
     policy; a server that does not answer ``Info`` stops it before the copy too."""
-    if out.resolve().is_relative_to(root.resolve()):
-        raise ValueError(f"--out {out} is inside --root {root}: pass a folder outside it")
+    names = evaluated_policies(root, out, policies)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out {out} exists and is not empty: pass a new folder")
-    found = sorted(p.parent.name for p in (root / "eval").glob(f"*/{RECORDS}"))
-    names = list(policies) if policies else found
-    missing = [p for p in names if p not in found]
-    if missing or not names:
-        raise ValueError(f"{root}: no evaluation records of {', '.join(missing) or 'any policy'} "
-                         f"(evaluated: {', '.join(found) or 'none'})")
     judge = asyncio.run(served_judge(address))
     if out.exists():
         out.rmdir()  # empty, checked above

@@ -127,6 +127,20 @@ async def _policy(folder: Path, s: LoopSettings, open_scorer: OpenScorer) -> dic
     return counts
 
 
+def evaluated_policies(root: Path, out: Path, policies: Sequence[str] | None = None) -> list[str]:
+    """The evaluated policies of loop folder ``root`` to copy into ``out`` and score again (``policies``, or every
+    ``eval/*/records.jsonl``): ValueError when ``out`` lies inside ``root`` or a policy has no records."""
+    if out.resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"--out {out} is inside --root {root}: pass a folder outside it")
+    found = sorted(p.parent.name for p in (root / "eval").glob(f"*/{RECORDS}"))
+    names = list(policies) if policies else found
+    missing = [p for p in names if p not in found]
+    if missing or not names:
+        raise ValueError(f"{root}: no evaluation records of {', '.join(missing) or 'any policy'} "
+                         f"(evaluated: {', '.join(found) or 'none'})")
+    return names
+
+
 def rescore(root: Path, out: Path, scorer: str, policies: Sequence[str] | None = None,
             concurrency: int | None = None, open_scorer: OpenScorer | None = None) -> dict[str, Any]:
     """Copy loop folder ``root`` to ``out`` and re-score its evaluated policies (``policies``: those only; default
@@ -139,17 +153,10 @@ def rescore(root: Path, out: Path, scorer: str, policies: Sequence[str] | None =
         raise ValueError("--scorer none: nothing to re-score with")
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"--concurrency must be >= 1 (got {concurrency})")
-    if out.resolve().is_relative_to(root.resolve()):
-        raise ValueError(f"--out {out} is inside --root {root}: pass a folder outside it")
     s = load_settings(root)
     new = dataclasses.replace(s, independent_scorer=scorer, independent_scorer_adapter="none",
                               eval_concurrency=concurrency or s.eval_concurrency)  # checked as a plan is
-    found = sorted(p.parent.name for p in (root / "eval").glob(f"*/{RECORDS}"))
-    names = list(policies) if policies else found
-    missing = [p for p in names if p not in found]
-    if missing or not names:
-        raise ValueError(f"{root}: no evaluation records of {', '.join(missing) or 'any policy'} "
-                         f"(evaluated: {', '.join(found) or 'none'})")
+    names = evaluated_policies(root, out, policies)
     state = _resumed(root, out, scorer, names)
     if open_scorer is None:
         from compeer_loop.evaluate import scorer_role
