@@ -584,3 +584,54 @@ def test_two_bases_parts_are_joined_each_into_its_own_file(tmp_path: Path) -> No
     for name, (_, payload, _) in files.items():
         assert (stage / name).read_bytes() == payload
     assert not list(stage.glob("parts-*"))  # every part folder removed once its file was joined
+
+
+def test_rejudge_serves_each_judge_in_turn_and_judges_every_runs_warm_up_again(tmp_path: Path) -> None:
+    """`vllm_judge.sh rejudge`: each judge of ADAPTERS served on its own (a staged adapter by its folder), every seed
+    folder of RUNS judged again by `compeer-loop rejudge` (POLICIES only), one tar per judge, and a judge done in an
+    earlier call not judged again. A fake python3 stands in for the server and the CLI (the GPU run is the real one)."""
+    import tarfile
+
+    tree, fake, out, stage = tmp_path / "tree", tmp_path / "bin", tmp_path / "out", tmp_path / "stage"
+    for d in (tree / "compeer_proto" / "reward" / "v1", fake, out, stage / "adapters" / "v2"):
+        d.mkdir(parents=True)
+    (tree / "compeer_proto" / "reward" / "v1" / "reward_pb2.py").write_text("")
+    for run, seeds in (("r1", ("seed0",)), ("r2", ("seed1", "seed2"))):
+        src = tmp_path / "src" / run
+        for seed in seeds:
+            (src / seed / "eval" / "a").mkdir(parents=True)
+            (src / seed / "eval" / "a" / "records.jsonl").write_text("{}\n")
+        (tree / "docs/evaluations/compeer-loop" / run / "inputs").mkdir(parents=True)
+        with tarfile.open(tree / "docs/evaluations/compeer-loop" / run / "inputs/results.tar.xz", "w:xz") as tar:
+            for seed in seeds:
+                tar.add(src / seed, arcname=seed)
+    (fake / "python3").write_text(
+        '#!/usr/bin/env bash\necho "$@" >> "$CALLS"\n'
+        'case "$*" in *"reward_server.cli serve"*) exec sleep 30;; *"compeer_loop.cli rejudge"*)\n'
+        '  case "$*" in *"${FAIL_ON:-__never__}"*) exit 1;; esac\n'
+        '  o=$(echo "$@" | sed -E "s/.*--out ([^ ]+).*/\\1/"); mkdir -p "$o"; echo "{}" > "$o/rejudged.json";; esac\n')
+    (fake / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(out), "STAGE_DIR": str(stage),
+           "CALLS": str(tmp_path / "calls.txt"), "RUNS": "r1 r2", "ADAPTERS": "none v2", "POLICIES": "a"}
+    done = subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rejudge"], env=env, cwd=tree, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    serves = [c for c in calls if "reward_server.cli serve" in c]
+    assert [c.split("--adapter ")[1].split()[0] for c in serves] == ["none", f"{stage}/adapters/v2"]
+    rejudges = [c for c in calls if "compeer_loop.cli rejudge" in c]
+    assert len(rejudges) == 6 and all(c.endswith("--address 127.0.0.1:50052 --policies a") for c in rejudges)
+    assert f"--out {stage}/rejudge/v2/r2-seed2" in rejudges[-1]
+    for tag in ("none", "v2"):
+        with tarfile.open(out / f"rejudge-{tag}.tar.xz") as tar:
+            assert sorted(n for n in tar.getnames() if n.endswith("rejudged.json")) == [
+                f"{tag}/r1-seed0/rejudged.json", f"{tag}/r2-seed1/rejudged.json", f"{tag}/r2-seed2/rejudged.json"]
+    (tmp_path / "calls.txt").unlink()
+    again = subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rejudge"], env=env, cwd=tree, capture_output=True,
+                           text=True, timeout=60, check=True)
+    assert "judge none: judged in an earlier call" in again.stdout and not (tmp_path / "calls.txt").exists()
+    # a judge whose rejudge of one folder fails: the call fails, and no tar says that judge is done
+    failed = subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rejudge"],
+                            env={**env, "ADAPTERS": "default", "FAIL_ON": "r2/seed1"}, cwd=tree, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert failed.returncode == 1 and "rejudge of" in failed.stderr and not (out / "rejudge-default.tar.xz").exists()

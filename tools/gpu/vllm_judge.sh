@@ -18,6 +18,12 @@
 #   wait     (no carry) waits again for a bench still running; copies what is there
 #   rounds   carry .gpu-esconv: bench.judge_rounds on ESConv valid rounds once per rationale bound (BOUNDS), one engine
 #            each (issue 27: the bound whose grammar masks cost least at the 1.5B judge's vocabulary, docs/reward_server.md)
+#   rejudge  carry "compeer_proto": the judges ADAPTERS (default "none default": the bare base, then the shipped one;
+#            or names of $S/adapters from .gpu-adapter, or folders) served one after another on this card, each judging
+#            again, with `compeer-loop rejudge`, the evaluation records of POLICIES (default a: the warm-ups) of every
+#            loop run in RUNS (default the six v3 runs under docs/evaluations/compeer-loop/, from their committed
+#            inputs/results.tar.xz); each judge's folders to $OUT/rejudge-<name>.tar.xz and kept in $S/rejudge, so a
+#            judge done in an earlier call is not judged again (plan: docs/evaluations/judge-esconv/qwen15/questions/)
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
 #            --rationale-bound $RATIONALE_BOUND, default line, the CUDA image's) and one
 #            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
@@ -103,7 +109,9 @@ wait_bench() {
   tail -n 60 $B/bench.log
 }
 
-case "${1:?install|stage|bench|wait|serve|rounds}" in
+V3_RUNS="qwen15-v3-2026-12-01 qwen15-v3-seed1-2026-12-01 qwen15-v3-seed2 qwen15-v3-arms-de qwen15-v3-ace-seed1 qwen15-v3-e-seed1"
+
+case "${1:?install|stage|bench|wait|serve|rounds|rejudge}" in
 install)
   # a folder carried earlier may still be in this copy of the tree: each is taken once
   if [ ! -f /tmp/vsite/.compeer-vllm ]; then
@@ -182,6 +190,36 @@ rounds)  # issue 27: bench.judge_rounds on ESConv valid rounds (.gpu-esconv, fro
     grep -E "step_s|step_positions|ms_per_position|floor_multiple|agreement|launch floor" "$OUT"/judge_rounds-"$name".log \
       || tail -n 5 "$OUT"/judge_rounds-"$name".log
   done
+  ;;
+rejudge)
+  [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; exit 1; }
+  R="$S"/rejudge rc=0
+  for run in ${RUNS:-$V3_RUNS}; do
+    [ -d "$R/src/$run" ] && continue
+    mkdir -p "$R/src/$run" && tar -xJf docs/evaluations/compeer-loop/"$run"/inputs/results.tar.xz -C "$R/src/$run" || exit 1
+  done
+  for a in ${ADAPTERS:-none default}; do
+    tag=$(basename "$a") spec=$a
+    if [ -f "$R/$tag.tar.xz" ]; then echo "judge $tag: judged in an earlier call"; cp "$R/$tag.tar.xz" "$OUT/rejudge-$tag.tar.xz"; continue; fi
+    [ -d "$S/adapters/$a" ] && spec="$S/adapters/$a"
+    python3 -m reward_server.cli serve --backend vllm --device cuda --model default --adapter "$spec" \
+      --rationale-bound "${RATIONALE_BOUND:-line}" --embedding-model "$S"/minilm-q8 --cache off \
+      --host 127.0.0.1 --grpc-port 50052 --http-port 8002 > "$OUT/server-$tag.log" 2>&1 &
+    SERVER=$! failed=0
+    if python3 tools/gpu/wait_ready.py http://127.0.0.1:8002/readyz "$SERVER" "$OUT/server-$tag.log" 300; then
+      rm -rf "${R:?}/$tag" && mkdir -p "$R/$tag"
+      for d in "$R"/src/*/seed*; do
+        python3 -m compeer_loop.cli rejudge --root "$d" --out "$R/$tag/$(basename "$(dirname "$d")")-$(basename "$d")" \
+          --address 127.0.0.1:50052 --policies ${POLICIES:-a} || { echo "judge $tag: rejudge of $d failed" >&2; failed=1; }
+      done
+      { [ $failed = 0 ] && tar -cJf "$R/$tag.tar.xz" -C "$R" "$tag" && cp "$R/$tag.tar.xz" "$OUT/rejudge-$tag.tar.xz" \
+        && echo "judge $tag: $(ls "$R/$tag" | wc -l) folders judged again"; } || rc=1
+    else
+      echo "judge $tag: the server did not start (its log: server-$tag.log)" >&2; rc=1
+    fi
+    kill -TERM "$SERVER" 2>/dev/null; wait "$SERVER"
+  done
+  exit $rc
   ;;
 serve)
   [ -f compeer_proto/reward/v1/reward_pb2.py ] || { echo "no generated gRPC code here: carry \"compeer_proto\"" >&2; exit 1; }
