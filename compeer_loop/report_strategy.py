@@ -6,7 +6,8 @@ of the conversation; one that rewards a strategy whatever the moment teaches the
 from each GRPO arm's logged candidates (``<arm>/completions.jsonl``: ``dialogue_id``, ``round_index``, the judge's
 total), grouped as :func:`compeer_loop.report_groups.scored_groups` groups them; a candidate's edge is its judge total
 (:func:`compeer_loop.report_groups.judge_total`) minus its group's mean. The annotated strategy of a round comes from
-the ESConv train file the loop's prompts were built from (its path and sha256 in ``prompts-manifest.json``), read
+the ESConv train file the loop's prompts were built from (its path and sha256 in ``prompts-manifest.json``; a
+relative path is read from the working directory, as ``compeer-loop prompts`` was run from the repository root), read
 with the dataset pipeline's own ingest (:func:`data_builder.ingest.ingest_files`,
 :func:`data_builder.policy_negatives.strategy_at`); where that file is not found here, or differs, the table says so.
 """
