@@ -33,8 +33,7 @@ def _redis_ping(port: int) -> bool:
 #: one worker, so that the process starts once (checked at collection: a test using one of these fixtures from a
 #: module not listed here is an error, not a second server start)
 SHARED_PROCESS_MODULES: dict[str, tuple[str, ...]] = {
-    "reward_server": ("tests/integration/test_reward_server.py", "tests/integration/test_grpo.py",
-                      "tests/integration/test_compeer_loop_rejudge.py"),
+    "reward_server": ("tests/integration/test_reward_server.py", "tests/integration/test_grpo.py"),
     "images": ("tests/deploy/test_compose_failover.py",),
 }
 
