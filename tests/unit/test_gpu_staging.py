@@ -635,3 +635,45 @@ def test_rejudge_serves_each_judge_in_turn_and_judges_every_runs_warm_up_again(t
                             env={**env, "ADAPTERS": "default", "FAIL_ON": "r2/seed1"}, cwd=tree, capture_output=True,
                             text=True, timeout=60, check=False)
     assert failed.returncode == 1 and "rejudge of" in failed.stderr and not (out / "rejudge-default.tar.xz").exists()
+    # too little of the call left for a judge: it is not started (no server on the card when the call ends)
+    (tmp_path / "calls.txt").unlink()
+    short = subprocess.run(["bash", str(GPU / "vllm_judge.sh"), "rejudge"],
+                           env={**env, "ADAPTERS": "default", "CALL_BUDGET_S": "300"}, cwd=tree, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert short.returncode == 1 and "judge default: not started" in short.stdout
+    assert not (tmp_path / "calls.txt").exists()  # no server started, nothing judged
+
+
+def test_slim_sets_figures_aside_and_brings_back_the_weights_and_the_loop_archives(tmp_path: Path) -> None:
+    """`slim.sh hide` sets the adapters' weights and the figures aside with git status clean; `weights` brings back
+    the weights and the loop runs' results archives (what `vllm_judge.sh rejudge` reads) but no other figure;
+    `restore` brings back everything."""
+    tree = tmp_path / "tree"
+    (tree / "tools" / "gpu").mkdir(parents=True)
+    for name in ("slim.sh", "carry.sh"):
+        (tree / "tools" / "gpu" / name).write_text((GPU / name).read_text())
+    files = {"judge/adapters/j/adapter_model.safetensors": "w", "judge/adapters/j/adapter_config.json": "{}",
+             "docs/evaluations/compeer-loop/r/inputs/results.tar.xz": "t",
+             "docs/evaluations/compeer-loop/r/report.md": "figures", "docs/runs/x.json": "{}"}
+    for rel, text in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+
+    def sh(*args: str) -> str:
+        return subprocess.run(list(args), cwd=tree, capture_output=True, text=True, check=True, timeout=60).stdout
+
+    sh("git", "init", "-q")
+    sh("git", "add", "-A")
+    sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tree")
+
+    def there() -> set[str]:
+        return {rel for rel in files if (tree / rel).exists()}
+
+    sh("bash", "tools/gpu/slim.sh", "hide")
+    assert there() == {"judge/adapters/j/adapter_config.json"} and sh("git", "status", "--porcelain") == ""
+    sh("bash", "tools/gpu/slim.sh", "weights")
+    assert there() == {"judge/adapters/j/adapter_config.json", "judge/adapters/j/adapter_model.safetensors",
+                       "docs/evaluations/compeer-loop/r/inputs/results.tar.xz"}
+    assert sh("git", "status", "--porcelain") == ""
+    sh("bash", "tools/gpu/slim.sh", "restore")
+    assert there() == set(files) and sh("git", "status", "--porcelain") == ""

@@ -5,7 +5,8 @@
 #   bash tools/gpu/slim.sh hide      before the staging scripts (they size the parts from the tree as it is then)
 #   bash tools/gpu/slim.sh weights   before the first call that runs more than `vllm_judge.sh install`: brings
 #                                    back the shipped adapters' weights (`stage` merges them, evaluations read them)
-#                                    and keeps the committed figures aside, which no call on the device reads (the
+#                                    and the loop runs' inputs/results.tar.xz (`vllm_judge.sh rejudge` reads them),
+#                                    and keeps the other committed figures aside, which no call on the device reads (the
 #                                    tree with them was 65 MB on 2026-12-01, too large beside .gpu-judge + .gpu-loop)
 #   bash tools/gpu/slim.sh restore   everything back, here, before committing figures under SLIM_PATHS
 #   bash tools/gpu/slim.sh status
@@ -38,10 +39,12 @@ weights)
   [ -e "$H/hidden.tar" ] || { echo "slim: nothing hidden"; exit 0; }
   # only the weights come back, as ordinary tracked files again (what the `run` tool copies as it copies the whole
   # restored tree); the figures stay aside and skip-worktree until `restore`
-  tar -xf "$H/hidden.tar" --wildcards 'judge/adapters/*/adapter_model.safetensors'
-  tr '\0' '\n' < "$H/files" | grep '^judge/adapters/.*/adapter_model\.safetensors$' \
-    | xargs -r git update-index --no-skip-worktree --
-  echo "slim: the adapters' weights are back, the figures still aside; the tree that travels: $(mb "$(tree_bytes)")"
+  # and the loop runs' results archives (~3 MB in all; `vllm_judge.sh rejudge` judges their replies again)
+  back='^(judge/adapters/[^/]*/adapter_model\.safetensors|docs/evaluations/compeer-loop/[^/]*/inputs/results\.tar\.xz)$'
+  tr '\0' '\n' < "$H/files" | grep -E "$back" > "$H/back" || true
+  tar -xf "$H/hidden.tar" -T "$H/back"
+  xargs -r -d '\n' git update-index --no-skip-worktree -- < "$H/back"
+  echo "slim: the adapters' weights and the loop's results archives are back, the figures still aside; the tree that travels: $(mb "$(tree_bytes)")"
   ;;
 restore)
   [ -e "$H/hidden.tar" ] || { echo "slim: nothing hidden"; exit 0; }

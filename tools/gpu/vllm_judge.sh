@@ -23,7 +23,8 @@
 #            again, with `compeer-loop rejudge`, the evaluation records of POLICIES (default a: the warm-ups) of every
 #            loop run in RUNS (default the six v3 runs under docs/evaluations/compeer-loop/, from their committed
 #            inputs/results.tar.xz); each judge's folders to $OUT/rejudge-<name>.tar.xz and kept in $S/rejudge, so a
-#            judge done in an earlier call is not judged again (plan: docs/evaluations/judge-esconv/qwen15/questions/)
+#            judge done in an earlier call is not judged again (plan: docs/evaluations/judge-esconv/qwen15/questions/);
+#            a judge is started only with JUDGE_S (default 330) of the call's CALL_BUDGET_S (560, from CALL_T0) left
 #   serve    (no carry) compeer-reward serve --backend vllm --device cuda (the default judge, prefix caching,
 #            --rationale-bound $RATIONALE_BOUND, default line, the CUDA image's) and one
 #            ScoreBatch of examples/group.json x SCORE_GROUPS (default 64) over HTTP, twice (cold, warm); the server
@@ -198,9 +199,13 @@ rejudge)
     [ -d "$R/src/$run" ] && continue
     mkdir -p "$R/src/$run" && tar -xJf docs/evaluations/compeer-loop/"$run"/inputs/results.tar.xz -C "$R/src/$run" || exit 1
   done
+  T0=${CALL_T0:-$(date +%s)}
   for a in ${ADAPTERS:-none default}; do
     tag=$(basename "$a") spec=$a
     if [ -f "$R/$tag.tar.xz" ]; then echo "judge $tag: judged in an earlier call"; cp "$R/$tag.tar.xz" "$OUT/rejudge-$tag.tar.xz"; continue; fi
+    left=$(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) ))
+    # a judge started is finished in this call or lost with it (a killed call would leave its server on the card)
+    if [ "$left" -lt "${JUDGE_S:-330}" ]; then echo "judge $tag: not started, ${left} s left in this call (JUDGE_S ${JUDGE_S:-330}): run rejudge again"; rc=1; break; fi
     [ -d "$S/adapters/$a" ] && spec="$S/adapters/$a"
     python3 -m reward_server.cli serve --backend vllm --device cuda --model default --adapter "$spec" \
       --rationale-bound "${RATIONALE_BOUND:-line}" --embedding-model "$S"/minilm-q8 --cache off \
@@ -209,7 +214,7 @@ rejudge)
     if python3 tools/gpu/wait_ready.py http://127.0.0.1:8002/readyz "$SERVER" "$OUT/server-$tag.log" 300; then
       rm -rf "${R:?}/$tag" && mkdir -p "$R/$tag"
       for d in "$R"/src/*/seed*; do
-        python3 -m compeer_loop.cli rejudge --root "$d" --out "$R/$tag/$(basename "$(dirname "$d")")-$(basename "$d")" \
+        timeout $(( ${CALL_BUDGET_S:-560} - ($(date +%s) - T0) )) python3 -m compeer_loop.cli rejudge --root "$d" --out "$R/$tag/$(basename "$(dirname "$d")")-$(basename "$d")" \
           --address 127.0.0.1:50052 --policies ${POLICIES:-a} || { echo "judge $tag: rejudge of $d failed" >&2; failed=1; }
       done
       { [ $failed = 0 ] && tar -cJf "$R/$tag.tar.xz" -C "$R" "$tag" && cp "$R/$tag.tar.xz" "$OUT/rejudge-$tag.tar.xz" \
