@@ -9,7 +9,8 @@ distinct-n on the first tokens, and a constant generic reply as a control.
 - :func:`first_tokens`: the first ``n`` tokens of a reply (the evaluator's tokeniser), so distinct-n can be read
   apart from reply length.
 - :data:`CONSTANT_REPLY`: the generic reply whose ROUGE-L and BLEU-2 the report shows as a control row.
-- :func:`asks_question`: whether a reply asks the seeker something (a question mark in it).
+- :func:`asks_question` (from :mod:`data_builder.cues`, which measures the same cue in judge training items): whether
+  a reply asks the seeker something (a question mark in it).
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from data_builder.cues import asks_question
 from data_builder.policy_negatives import DEGENERATE_KINDS, is_degenerate, mark_reply
 from evaluator.metrics import tokenize
 
 #: the constant control reply (a one-size-fits-all empathy template)
 CONSTANT_REPLY = "I understand how you feel. That sounds really hard, and I am here for you."
-
-
-def asks_question(text: str) -> bool:
-    """Whether the reply asks a question: it holds a question mark (ASCII or full-width)."""
-    return "?" in text or "\uff1f" in text
 
 
 def top_reply_share(texts: Sequence[str]) -> tuple[float | None, str | None]:

@@ -23,9 +23,8 @@ from compeer_loop.report_drift import training_sections
 from compeer_loop.report_runs import late_slopes, quarters
 from compeer_loop.seeds import Replicate
 from compeer_loop.stats import judge_follows
+from data_builder.cues import SHORT_WORDS  # a short reply, here as in the judge items' cue table
 
-#: a reply of at most this many words counts as short in the questions table
-SHORT_WORDS = 10
 N_BOOT = 1000
 
 

@@ -2,7 +2,8 @@
 
 Stages: ingest, filter, sample, generate, silver, annotate (export | import), persona, emit, contrast,
 policy-negatives; plus
-``summary DIR...``, which prints the counts of several stage folders as one table. Exit status: 0 on
+``summary DIR...``, which prints the counts of several stage folders as one table, and ``cues ITEMS...``, which
+measures whether a surface cue of the candidate (a question, a short reply) tells the label of judge items. Exit status: 0 on
 success, 2 on a usage or input error (the message says which file and line) or when the engine cannot start.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from data_builder import (
     annotate,
     contrast,
+    cues,
     emit,
     generate,
     ingest,
@@ -54,6 +56,7 @@ def make_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="print the counts of stage output folders as one table")
     s.add_argument("dirs", nargs="+", help="stage output folders (with manifest.json)")
     s.set_defaults(run=_summary)
+    cues.add_parser(sub)
     return parser
 
 

@@ -37,9 +37,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # wrapper (on judge.generation)
     "evaluator": ("cer", "judge", "data_builder.llm"),
     # the end-to-end loop composes the others: prompt sets from the pipeline's stages, the warm-up from the policy
-    # trainer, the evaluator's held-out-turn harness and metrics, the trained judge over the service's client
+    # trainer, the evaluator's held-out-turn harness and metrics, the trained judge over the service's client; the
+    # reply cues (a question, a short reply) it reads in policies' replies as data_builder.cues reads them in judge items
     "compeer_loop": ("cer", "judge.model_store", "judge.device", "judge.settings", "data_builder.emit", "data_builder.ingest", "data_builder.records",
-                     "data_builder.sample", "data_builder.silver", "data_builder.silver_text", "data_builder.policy_negatives", "policy_trainer.config",
+                     "data_builder.sample", "data_builder.silver", "data_builder.silver_text", "data_builder.policy_negatives", "data_builder.cues", "policy_trainer.config",
                      "policy_trainer.runner", "policy_trainer.warmup", "evaluator", "reward_server.client",
                      "reward_server.types"),
 }

@@ -67,18 +67,23 @@ def test_a_wrong_key_or_field_is_a_clear_error(tmp_path: Path) -> None:
         cfg.rationales["step3_stage_mismatch"]
 
 
+def _fixture_split(tmp_path: Path) -> Path:
+    """The fixture dialogues as an ESConv folder (train.json: three, valid.json: the rest)."""
+    src = tmp_path / "esconv"
+    src.mkdir()
+    dialogues = json.loads((FIX / "esconv.json").read_text())
+    (src / "train.json").write_text(json.dumps(dialogues[:3]))
+    (src / "valid.json").write_text(json.dumps(dialogues[3:]))
+    return src
+
+
 def test_esconv_data_sh_passes_the_rationales_to_the_judges_training_chats(tmp_path: Path) -> None:
     """``SILVER_RATIONALES`` on the real ``tools/gpu/esconv_data.sh`` (the GPU scripts' data build), on the fixture
     split in two: the contrast groups and every label stay byte for byte, and the step-3 turns of the judge's SFT
     chats carry the evidence phrasing."""
     from datasets import load_from_disk
 
-    repo = EVIDENCE.parents[2]
-    src = tmp_path / "esconv"
-    src.mkdir()
-    dialogues = json.loads((FIX / "esconv.json").read_text())
-    (src / "train.json").write_text(json.dumps(dialogues[:3]))
-    (src / "valid.json").write_text(json.dumps(dialogues[3:]))
+    repo, src = EVIDENCE.parents[2], _fixture_split(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     for name, extra in (("plain", {}), ("evidence", {"SILVER_RATIONALES": str(EVIDENCE)})):
         subprocess.run(["bash", "tools/gpu/esconv_data.sh", str(src), str(tmp_path / name)], cwd=repo,
@@ -93,3 +98,22 @@ def test_esconv_data_sh_passes_the_rationales_to_the_judges_training_chats(tmp_p
     assert any(t.startswith("Rationale: the reply is ") and t.endswith("Verdict: True") for t in turns)
     # the default step-3 phrasings are gone (but for a hack's "carries out no strategy", not overridden)
     assert not any("does not carry out" in t or ("carries out" in t and "no strategy" not in t) for t in turns)
+
+
+
+def test_esconv_data_sh_builds_with_another_construction_yaml(tmp_path: Path) -> None:
+    """``SILVER_CONFIG`` (e.g. an earlier commit's silver.yaml, to rebuild an earlier judge's data) reaches both
+    silver and contrast: a config whose generic eval texts are one marker puts that marker in every contrast group."""
+    import yaml
+
+    repo, src = EVIDENCE.parents[2], _fixture_split(tmp_path)
+    cfg = yaml.safe_load((repo / "data_builder" / "data" / "silver.yaml").read_text())
+    for lang in ("en", "zh"):  # the fixture's valid dialogues are Chinese
+        cfg["negative_replies"][lang]["generic"]["eval"] = ["A marker text of this test?"]
+    (tmp_path / "silver.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SILVER_CONFIG": str(tmp_path / "silver.yaml")}
+    subprocess.run(["bash", "tools/gpu/esconv_data.sh", str(src), str(tmp_path / "out")], cwd=repo, env=env,
+                   check=True, capture_output=True, timeout=300)
+    groups = list(read_jsonl(tmp_path / "out" / "contrast" / "groups.jsonl"))
+    assert groups and all("A marker text of this test?" in json.dumps(g) for g in groups)
