@@ -67,18 +67,43 @@ def cue_table(items: Iterable[Record], short_words: int = SHORT_WORDS) -> dict[s
             r[0] += 1
             r[1] += labels["reply"] is True
 
-    def pct(k: int, n: int) -> float | None:
-        return round(100.0 * k / n, 1) if n else None
-
-    cells = {f"{q}, {s}": {"preference_items": pref[(q, s)][0], "real_pct": pct(pref[(q, s)][1], pref[(q, s)][0]),
-                           "preferred_pct": pct(pref[(q, s)][2], pref[(q, s)][0]), "reply_items": reply[(q, s)][0],
-                           "reply_true_pct": pct(reply[(q, s)][1], reply[(q, s)][0])} for q, s in CELLS}
-    def gap(a: Any, b: Any) -> float | None:
-        return None if a is None or b is None else round(float(a) - float(b), 1)
-
-    gaps = {s: {k: gap(cells[f"question, {s}"][k], cells[f"no question, {s}"][k])
+    cells = {f"{q}, {s}": {"preference_items": pref[(q, s)][0], "real_pct": _pct(pref[(q, s)][1], pref[(q, s)][0]),
+                           "preferred_pct": _pct(pref[(q, s)][2], pref[(q, s)][0]), "reply_items": reply[(q, s)][0],
+                           "reply_true_pct": _pct(reply[(q, s)][1], reply[(q, s)][0])} for q, s in CELLS}
+    gaps = {s: {k: _gap(cells[f"question, {s}"][k], cells[f"no question, {s}"][k])
                 for k in ("real_pct", "preferred_pct", "reply_true_pct")} for s in ("short", "longer")}
     return {"short_words": short_words, "cells": cells, "gap_question_minus_not": gaps}
+
+
+def judged_cue_table(rows: Iterable[tuple[str, bool, bool]], short_words: int = SHORT_WORDS) -> dict[str, Any]:
+    """How a judge follows the same cue: ``rows`` of (candidate reply, the label says positive, the judge says
+    positive), e.g. "reply 2 preferred" or "reply True". Per cell: items, the labels' positive %, the judge's, and the
+    discordant counts (``over``: the judge positive where the label is not; ``under``: the reverse); per length, the
+    gap (question minus no question) of the labels and of the judge. A judge that learned the labels and not the cue
+    has a judge gap near the labels' gap and as many ``over`` as ``under`` items in each cell."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # n, label+, judge+, over, under
+    for text, label, said in rows:
+        c = counts[cell_of(text, short_words)]
+        c[0] += 1
+        c[1] += label
+        c[2] += said
+        c[3] += said and not label
+        c[4] += label and not said
+
+    cells = {f"{q}, {s}": {"items": counts[(q, s)][0], "label_pct": _pct(counts[(q, s)][1], counts[(q, s)][0]),
+                           "judge_pct": _pct(counts[(q, s)][2], counts[(q, s)][0]), "over": counts[(q, s)][3],
+                           "under": counts[(q, s)][4]} for q, s in CELLS}
+    gaps = {s: {k: _gap(cells[f"question, {s}"][k], cells[f"no question, {s}"][k]) for k in ("label_pct", "judge_pct")}
+            for s in ("short", "longer")}
+    return {"short_words": short_words, "cells": cells, "gap_question_minus_not": gaps}
+
+
+def _pct(k: int, n: int) -> float | None:
+    return round(100.0 * k / n, 1) if n else None
+
+
+def _gap(a: Any, b: Any) -> float | None:
+    return None if a is None or b is None else round(float(a) - float(b), 1)
 
 
 def markdown(table: dict[str, Any], title: str) -> str:

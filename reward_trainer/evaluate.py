@@ -2,7 +2,9 @@
 
 Rows per variant: the trained judge (base + its adapter), the untrained base judge (same backend, same mode) and
 the majority class (per component, taken from the train split). Output: ``OUT/metrics.json`` (per variant the
-keys of :data:`reward_trainer.metrics.METRIC_KEYS`, ``judge``, ``adapter`` and ``baselines``), ``OUT/report.md``,
+keys of :data:`reward_trainer.metrics.METRIC_KEYS`, ``judge``, ``adapter``, ``baselines`` and ``cues``: per judge,
+whether its verdicts follow a question or a short candidate more than the labels do, :func:`cue_tables`),
+``OUT/report.md``,
 ``OUT/confusion_<variant>_<judge>.png`` and ``OUT/predictions.jsonl`` (item keys, gold labels, verdicts and, from a
 graded judge, the label probabilities; ``compeer-train judge-calibrate`` fits verdict temperatures on them). No text
 unless ``save_texts`` (``--save-texts``): then each row's ``texts`` holds the judge's outputs, one per round.
@@ -18,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cer.reasoning import reply_text
+from data_builder.cues import judged_cue_table
 from reward_trainer import VARIANTS
 from reward_trainer.data import HELDOUT_SPLIT, TRAIN_SPLIT, load_judge_set
 from reward_trainer.inconsistency import AuditResult, audit, common_keys, from_prm_orm, from_unified
@@ -122,6 +126,23 @@ async def _audit_all(options: EvalOptions, preds: dict[str, dict[str, list[Predi
     return out
 
 
+#: the components whose positive verdict the cue table counts: the candidate preferred (reply 2), a reply True
+CUE_POSITIVE: dict[str, str] = {"preference": "second", "reply": "True"}
+
+
+def cue_tables(items: list[EvalItem], preds: list[Prediction]) -> dict[str, Any]:
+    """Per component of :data:`CUE_POSITIVE` the items hold: :func:`data_builder.cues.judged_cue_table` of the
+    judge's verdicts (does it follow a question / a short reply more than the labels do?)."""
+    said = {p.key: p.verdicts for p in preds}
+    out = {}
+    for comp, positive in CUE_POSITIVE.items():
+        rows = [(reply_text(it.candidate)[0], label_str(it.gold[comp]) == positive,
+                 label_str(said.get(it.key, {}).get(comp)) == positive) for it in items if comp in it.gold]
+        if rows:
+            out[comp] = judged_cue_table(rows)
+    return out
+
+
 def _entry(m: VariantMetrics, judge: str, inconsistency: float | None) -> dict[str, Any]:
     m.inconsistency_ratio = inconsistency
     out = m.to_json()
@@ -165,6 +186,8 @@ async def evaluate(options: EvalOptions) -> dict[str, Any]:
         entry["majority_labels"] = {c: label_str(x) for c, x in data[v].majority.items()}
         entry["baselines"] = {j: _entry(m, j, _inconsistency_of(audits, j, v)) for j, m in rows.items()
                               if j != primary}
+        entry["cues"] = {judge: cue_tables(items, preds[judge][v]) for judge in (TRAINED, BASE)
+                         if v in preds.get(judge, {})}
         metrics[v] = entry
         for judge, m in rows.items():
             name = f"confusion_{v}_{judge}.png"
@@ -205,5 +228,5 @@ def run_evaluation(options: EvalOptions) -> dict[str, Any]:
     return asyncio.run(evaluate(options))
 
 
-__all__ = ["BASE", "MAJORITY", "TRAINED", "EvalOptions", "VariantData", "evaluate", "load_variant",
-           "run_evaluation", "score_predictions"]
+__all__ = ["BASE", "CUE_POSITIVE", "MAJORITY", "TRAINED", "EvalOptions", "VariantData", "cue_tables", "evaluate",
+           "load_variant", "run_evaluation", "score_predictions"]

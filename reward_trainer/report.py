@@ -85,6 +85,30 @@ def _judge_rows(metrics: dict[str, Any], row: Callable[[str, str, dict[str, Any]
     return lines
 
 
+def cue_section(metrics: dict[str, Any]) -> list[str]:
+    """The report's surface-cue table (each variant's ``cues``: :func:`reward_trainer.evaluate.cue_tables`), empty
+    where no variant has one."""
+    tables = [(variant, judge, comp, t) for variant, entry in metrics.items() if variant not in ("meta", "inconsistency")
+              for judge, comps in entry.get("cues", {}).items() for comp, t in comps.items()]
+    if not tables:
+        return []
+    first = tables[0][3]
+    lines = ["", "## Surface cue: does the judge follow a question or a short reply more than the labels?", "",
+             (f"Per cell of the candidate's reply (asks a question x at most {first['short_words']} words): items: the "
+              "labels' positive % / the judge's (positive: reply 2 preferred; a reply True), and in brackets the items "
+              "the judge calls positive where the label does not / the reverse. Last column: the short replies' gap "
+              "(question minus no question), labels / judge; a judge that learned the cue, not only the labels, has "
+              "a larger gap than the labels (`compeer-data cues`, docs/data_builder.md)."), "",
+             "| Variant | Judge | Part | " + " | ".join(first["cells"]) + " | gap short: labels / judge |",
+             "|" + "---|" * (len(first["cells"]) + 4)]
+    for variant, judge, comp, t in tables:
+        cells = [f"{c['items']}: {c['label_pct']} / {c['judge_pct']} ({c['over']} / {c['under']})"
+                 for c in t["cells"].values()]
+        g = t["gap_question_minus_not"]["short"]
+        lines.append(f"| {variant} | {judge} | {comp} | " + " | ".join(cells) + f" | {g['label_pct']} / {g['judge_pct']} |")
+    return lines
+
+
 def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
     """The markdown report of a ``metrics.json`` mapping."""
     lines = ["# UnifiReward judge evaluation", ""]
@@ -104,6 +128,7 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
                    "own; 0 = no better than chance, as the majority baseline always is):"), "",
               "| Variant | Judge | " + " | ".join(KAPPA_PARTS) + " |", "|" + "---|" * (len(KAPPA_PARTS) + 2)]
     lines += _judge_rows(metrics, kappa_row)
+    lines += cue_section(metrics)
     inc = metrics.get("inconsistency", {})
     if inc:
         auditors = {json.dumps(s.get("auditor", {}), sort_keys=True) for s in inc.values()}
@@ -124,4 +149,4 @@ def render_report(metrics: dict[str, Any], pngs: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["COLUMNS", "KAPPA_PARTS", "kappa_row", "plot_confusions", "render_report", "table_row"]
+__all__ = ["COLUMNS", "KAPPA_PARTS", "cue_section", "kappa_row", "plot_confusions", "render_report", "table_row"]

@@ -101,7 +101,11 @@ def test_sft_adapter_loads_in_the_judge_and_evaluation_reports(tmp_path: Path) -
     for row in (entry, *entry["baselines"].values()):
         assert len(row["step_weighted_f1"]) == 3 and len(row["step_false_recall"]) == 3
         assert row["parse_failure_rate"] is not None
+    # the surface-cue table of both judged judges: the one item counted once, in its part's table
+    for judge in ("trained", "base"):
+        assert sum(c["items"] for t in entry["cues"][judge].values() for c in t["cells"].values()) == 1
     report = (out / "report.md").read_text()
+    assert "## Surface cue" in report
     for col in COLUMNS:
         assert col in report
     for judge in ("trained", "base", "majority"):

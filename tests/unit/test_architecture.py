@@ -29,8 +29,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "reward_server": ("cer", "judge", "compeer_proto.reward.v1"),
     "data_builder": ("cer", "judge"),
     # the D/R/P ablation builds its training sets with the emit stage's functions; the reward AUC orders its kinds of
-    # negative as the contrast stage lists them
-    "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.emit", "data_builder.records"),
+    # negative as the contrast stage lists them; the evaluation's cue table reads replies as data_builder.cues does
+    "reward_trainer": ("cer", "judge", "data_builder.contrast", "data_builder.cues", "data_builder.emit",
+                       "data_builder.records"),
     "policy_trainer": ("cer", "reward_server.client", "reward_server.types", "judge.model_store", "judge.guards",
                        "judge.profiles", "judge.settings", "data_builder.policy_negatives"),
     # the simulator, scorer and model under test share the dataset pipeline's cached generate -> validate -> retry

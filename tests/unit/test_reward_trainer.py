@@ -296,6 +296,35 @@ def test_report_has_every_table1_column(tmp_path: Path) -> None:
     assert "| unified | trained | 1 |" in text and "| unified | majority | 1 |" in text
 
 
+def test_the_evaluation_counts_whether_a_judge_follows_the_question_cue() -> None:
+    """cue_tables: per cell of the candidate's reply, the labels' and the judge's positive shares and the discordant
+    items, for the preference (reply 2 preferred) and the reply mode (True); the report shows them."""
+    from reward_trainer.evaluate import cue_tables
+    from reward_trainer.predict import EvalItem, Prediction
+    from reward_trainer.report import cue_section
+
+    def item(key: str, reply: str, gold: dict) -> EvalItem:
+        return EvalItem(key, [], "ref", f"<analysis>a</analysis><response>{reply}</response>", gold)
+
+    items = [item("a", "How are you?", {"preference": P.FIRST}), item("b", "Any questions?", {"preference": P.SECOND}),
+             item("c", "Okay.", {"preference": P.FIRST}), item("d", "I hear you.", {"preference": P.SECOND}),
+             item("e", "What happened?", {"reply": False})]
+    # the judge prefers both short questions and neither short statement, and calls the reply True
+    preds = [Prediction("a", {"preference": P.SECOND}), Prediction("b", {"preference": P.SECOND}),
+             Prediction("c", {"preference": P.FIRST}), Prediction("d", {"preference": None}),
+             Prediction("e", {"reply": True})]
+    t = cue_tables(items, preds)
+    q, s = t["preference"]["cells"]["question, short"], t["preference"]["cells"]["no question, short"]
+    assert (q["items"], q["label_pct"], q["judge_pct"], q["over"], q["under"]) == (2, 50.0, 100.0, 1, 0)
+    assert (s["items"], s["label_pct"], s["judge_pct"], s["over"], s["under"]) == (2, 50.0, 0.0, 0, 1)
+    assert t["preference"]["gap_question_minus_not"]["short"] == {"label_pct": 0.0, "judge_pct": 100.0}
+    r = t["reply"]["cells"]["question, short"]
+    assert (r["items"], r["label_pct"], r["judge_pct"], r["over"]) == (1, 0.0, 100.0, 1)
+    text = "\n".join(cue_section({"unified": {"cues": {"trained": t}}, "meta": {}}))
+    assert "## Surface cue" in text and "| unified | trained | preference | 2: 50.0 / 100.0 (1 / 0) |" in text
+    assert cue_section({"unified": {"cues": {}}}) == []
+
+
 def test_cli_parser_and_adapter_resolution(tmp_path: Path) -> None:
     from reward_trainer.cli import main, make_parser, parse_adapters
 

@@ -13,9 +13,10 @@ then, from the repository root:
       docs/evaluations/judge-esconv/qwen15/questions/cue_predictions.txt
 
 Per judge and cell of `data_builder.cues` (asks a question x at most 10 words), over the preference items: how often
-the label prefers the candidate (reply 2), how often the judge does, and its accuracy. A judge that only learned the
-labels predicts "preferred" about as often as the labels say in every cell; one that learned the cue over-predicts it
-where the cue is present.
+the label prefers the candidate (reply 2) and how often the judge does (`data_builder.cues.judged_cue_table`, the
+table `compeer-train judge-eval` now writes for every judge). A judge that only learned the labels predicts
+"preferred" about as often as the labels say in every cell; one that learned the cue over-predicts it where the cue is
+present.
 """
 
 from __future__ import annotations
@@ -24,13 +25,12 @@ import hashlib
 import json
 import lzma
 import sys
-from collections import Counter, defaultdict
 from pathlib import Path
 
 from scipy.stats import binomtest
 
 from cer.reasoning import reply_text
-from data_builder.cues import CELLS, cell_of
+from data_builder.cues import CELLS, judged_cue_table
 from reward_trainer.predict import item_key
 
 VALID = "a9af36ded4749163db8c911f8d1f10ce458f5f6f52ac3e9b9eaedbbb1473a784"
@@ -56,36 +56,21 @@ def main(data: Path) -> None:
             key = item_key(item["dialogue_id"], item["candidate"])
             assert key not in items, key
             items[key] = item
-    print(f"valid items {digest[:12]}: {len(items)} preference items; per cell: items, label prefers the candidate %, "
-          "judge prefers it %, judge accuracy %")
+    print(f"valid items {digest[:12]}: {len(items)} preference items; per cell: items: label prefers the candidate % "
+          "/ judge prefers it %")
     print("\n| judge | " + " | ".join(", ".join(c) for c in CELLS) + " | gap short: label / judge | short questions: "
           "judge prefers, label not / the reverse (McNemar exact p) |")
     print("|---|" + "---|" * (len(CELLS) + 2))
     for name, preds in JUDGES.items():
-        cells: dict[str, Counter[str]] = defaultdict(Counter)
         with lzma.open(preds, "rt") as fh:
-            for p in map(json.loads, fh):
-                item = items.get(p["key"]) if p["variant"] == "unified" else None
-                if item is None:
-                    continue
-                c = cells[", ".join(cell_of(reply_text(item["candidate"])[0]))]
-                gold, said = item["labels"]["preference"], (p.get("verdicts") or {}).get("preference")
-                c["n"] += 1
-                c["gold"] += gold == "second"
-                c["said"] += said == "second"
-                c["right"] += said == gold
-                c["over"] += said == "second" and gold != "second"  # the judge prefers what the label does not
-                c["under"] += said != "second" and gold == "second"
-
-        def pct(c: Counter[str], k: str) -> float:
-            return 100.0 * c[k] / c["n"]
-
-        row = [f"{c['n']}: {pct(c, 'gold'):.1f} / **{pct(c, 'said'):.1f}** / {pct(c, 'right'):.1f}"
-               for c in (cells[", ".join(cell)] for cell in CELLS)]
-        q, s = cells["question, short"], cells["no question, short"]
-        gap = f"{pct(q, 'gold') - pct(s, 'gold'):+.1f} / **{pct(q, 'said') - pct(s, 'said'):+.1f}**"
+            said = {p["key"]: (p.get("verdicts") or {}).get("preference") for p in map(json.loads, fh)
+                    if p["variant"] == "unified"}
+        t = judged_cue_table((reply_text(item["candidate"])[0], item["labels"]["preference"] == "second",
+                              said[key] == "second") for key, item in items.items())
+        row = [f"{c['items']}: {c['label_pct']} / **{c['judge_pct']}**" for c in t["cells"].values()]
+        g, q = t["gap_question_minus_not"]["short"], t["cells"]["question, short"]
         disc = f"{q['over']} / {q['under']} (p {binomtest(q['over'], q['over'] + q['under']).pvalue:.2g})"
-        print(f"| {name} | " + " | ".join(row) + f" | {gap} | {disc} |")
+        print(f"| {name} | " + " | ".join(row) + f" | {g['label_pct']:+.1f} / **{g['judge_pct']:+.1f}** | {disc} |")
 
 
 if __name__ == "__main__":
