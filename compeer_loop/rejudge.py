@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 import shutil
-import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from compeer_loop.evaluate import score
 from compeer_loop.prompts import read_jsonl
-from compeer_loop.rescore import RECORDS, evaluated_policies
+from compeer_loop.rescore import RECORDS, copy_ignoring, evaluated_policies, utc_now
 from data_builder.records import write_jsonl
 from reward_server.client import RewardClient
 
@@ -35,12 +34,6 @@ log = logging.getLogger(__name__)
 REJUDGED_FILE, SCORED = "rejudged.json", "scored.jsonl"
 #: the record fields a judgment writes (compeer_loop.evaluate._score_fields), replaced as a whole
 JUDGE_FIELDS = ("judge_", "reward_")
-
-
-def _skip(folder: str, names: list[str]) -> set[str]:
-    """What the copy leaves out: process ids, and the old judge's answers (``eval/<policy>/scored.jsonl``)."""
-    return {n for n in names if n == "pid" or n.endswith(".pid")
-            or (n == SCORED and Path(folder).parent.name == "eval")}
 
 
 async def served_judge(address: str) -> dict[str, Any]:
@@ -75,9 +68,9 @@ def rejudge(root: Path, out: Path, address: str, policies: Sequence[str] | None 
     judge = asyncio.run(served_judge(address))
     if out.exists():
         out.rmdir()  # empty, checked above
-    shutil.copytree(root, out, ignore=_skip)
+    shutil.copytree(root, out, ignore=copy_ignoring(SCORED))  # the old judge's answers left out
     state: dict[str, Any] = {"from": str(root.resolve()), "address": address, "judge": judge,
-                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "policies": {}}
+                             "started": utc_now(), "policies": {}}
     for name in names:
         folder = out / "eval" / name
         records = read_jsonl(folder / RECORDS)
@@ -87,7 +80,7 @@ def rejudge(root: Path, out: Path, address: str, policies: Sequence[str] | None 
         statuses = dict(Counter(str(r.get("judge_status")) for r in judged if r.get("status") == "ok"))
         log.info("re-judged %s: %s", name, statuses)
         state["policies"][name] = {"records": len(judged), "judge_status": statuses}
-    state["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    state["finished"] = utc_now()
     (out / REJUDGED_FILE).write_text(json.dumps(state, indent=2) + "\n")
     return state
 

@@ -36,6 +36,7 @@ from compeer_loop.report_checks import (
 )
 from compeer_loop.report_follows import what_the_reward_follows
 from compeer_loop.report_runs import (
+    fmt,
     gpu_sections,
     judges_and_machines,
     quarters,
@@ -102,10 +103,6 @@ def _cell(f: dict[str, Any] | None) -> str:
     return f"{f['value']:.2f} [{f['lo']:.2f}, {f['hi']:.2f}]"
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
-
-
 def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = None,
           judges: dict[str, str] | None = None, constant: dict[str, float | None] | None = None,
           labels: dict[str, str] | None = None) -> str:
@@ -122,7 +119,7 @@ def table(figs: dict[str, dict[str, Any]], eval_steps: dict[str, int] | None = N
                     + " | ".join(_cell(f.get(k)) for k, _ in COLUMNS) + f" | {judges.get(name, '—')} |")
     if constant:
         rows.append(f"| control: the constant reply \"{CONSTANT_REPLY}\" | {constant['prompts']} (—) | "
-                    + " | ".join(_fmt(constant.get(k)) if k in constant else "—" for k, _ in COLUMNS) + " | — |")
+                    + " | ".join(fmt(constant.get(k)) if k in constant else "—" for k, _ in COLUMNS) + " | — |")
     return "\n".join(rows)
 
 
@@ -150,9 +147,9 @@ def esc_section(reps: Sequence[Replicate]) -> str:
     for label, e in runs:
         ok = e["statuses"].get("ok", 0)
         unparsed = 100.0 * e["unparsed_total"] / (ok * len(dims)) if ok else None
-        rows.append(f"| {label} | {ok} / {e['dialogues']} | {_fmt(e['average_percent'])} | "
-                    + " | ".join(_fmt(e["dimensions"][d]["mean"]) for d in dims)
-                    + f" | {_fmt(unparsed)} | {_fmt((e.get('cer') or {}).get('format_ok_rate'))} |")
+        rows.append(f"| {label} | {ok} / {e['dialogues']} | {fmt(e['average_percent'])} | "
+                    + " | ".join(fmt(e["dimensions"][d]["mean"]) for d in dims)
+                    + f" | {fmt(unparsed)} | {fmt((e.get('cer') or {}).get('format_ok_rate'))} |")
     e0 = runs[0][1]
     flat = [f"- {note}" for label, e in runs if (note := flat_note(label, e))]
     return "\n".join([(f"{e0['rounds']} rounds per dialogue; simulated seeker `{e0['roles']['simulator']}`, scorer "

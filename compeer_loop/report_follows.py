@@ -20,16 +20,12 @@ import numpy as np
 
 from compeer_loop.replies import asks_question
 from compeer_loop.report_drift import training_sections
-from compeer_loop.report_runs import late_slopes, quarters
+from compeer_loop.report_runs import fmt, late_slopes, quarters
 from compeer_loop.seeds import Replicate
 from compeer_loop.stats import judge_follows
 from data_builder.cues import SHORT_WORDS  # a short reply, here as in the judge items' cue table
 
 N_BOOT = 1000
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _difference(a: Sequence[float], b: Sequence[float], seed: int = 0) -> str:
@@ -97,8 +93,8 @@ def what_the_reward_follows(records: dict[str, list[dict[str, Any]]], reps: Sequ
             "annotated (n) | total, other strategy (n) |"), "|---|---|---|---|---|"]
     for p, rs in records.items():
         f = judge_follows(rs)
-        rows.append(f"| {labels.get(p, p)} | {f['n']} | {_fmt(f['rho_length_total'])} | "
-                    f"{_fmt(f['total_strategy_right'])} ({f['n_right']}) | {_fmt(f['total_strategy_wrong'])} "
+        rows.append(f"| {labels.get(p, p)} | {f['n']} | {fmt(f['rho_length_total'])} | "
+                    f"{fmt(f['total_strategy_right'])} ({f['n_right']}) | {fmt(f['total_strategy_wrong'])} "
                     f"({f['n_wrong']}) |")
     keys = ("completions/clipped_ratio", "completions/mean_length", "compeer/format_reward_mean",
             "compeer/preference_reward_mean")

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from cer.reasoning import reply_text
-from compeer_loop.report_runs import arm_logs
+from compeer_loop.report_runs import arm_logs, fmt
 from compeer_loop.seeds import Replicate
 from data_builder.policy_negatives import COMPLETIONS_FILE
 
@@ -91,10 +91,6 @@ def flat_group_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "words_others": mean(others)}
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def flat_groups_section(reps: Sequence[Replicate]) -> list[str]:
     """The table (a row per GRPO arm, per seed when several) with its explanation; no lines when no arm logged its
     completions."""
@@ -102,10 +98,10 @@ def flat_groups_section(reps: Sequence[Replicate]) -> list[str]:
     for tag, logged in arm_logs(reps, COMPLETIONS_FILE):
         f = flat_group_figures(logged)
         share = None if f["flat_share"] is None else 100 * f["flat_share"]
-        rows.append(f"| {tag} | {f['groups']} | {_fmt(share, '.1f')} ({f['flat']}) | "
-                    f"{_fmt(f['flat_reward_std'], '.3f')} | {_fmt(f['flat_advantage'], '.3f')} "
-                    f"({_fmt(f['all_advantage'], '.3f')}) | {_fmt(f['rho_s_hi'], '+.2f')} | "
-                    f"{_fmt(f['words_favoured'], '.1f')} / {_fmt(f['words_others'], '.1f')} ({f['pushed']}) |")
+        rows.append(f"| {tag} | {f['groups']} | {fmt(share, '.1f')} ({f['flat']}) | "
+                    f"{fmt(f['flat_reward_std'], '.3f')} | {fmt(f['flat_advantage'], '.3f')} "
+                    f"({fmt(f['all_advantage'], '.3f')}) | {fmt(f['rho_s_hi'], '+.2f')} | "
+                    f"{fmt(f['words_favoured'], '.1f')} / {fmt(f['words_others'], '.1f')} ({f['pushed']}) |")
     if not rows:
         return []
     return ["", ("Where the advantage came from. GRPO scales each rollout group by its own spread (TRL's default "

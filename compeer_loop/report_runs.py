@@ -26,6 +26,11 @@ from compeer_loop.prompts import read_jsonl
 from compeer_loop.runner import STATE_FILE
 from compeer_loop.seeds import Replicate, seeded
 
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    """A report figure: ``value`` formatted by ``spec``, ``n/a`` where there is none."""
+    return "n/a" if value is None else format(value, spec)
+
 #: metrics.jsonl key(s) per curve (the first key present is drawn)
 CURVES: dict[str, tuple[str, ...]] = {
     "reward": ("reward",),

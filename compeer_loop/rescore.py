@@ -49,7 +49,8 @@ NOT_RERUN = ("the ESC-Eval-style step (eval/*/esc.json keeps the old scorer as s
 OpenScorer = Callable[[LoopSettings, Path], AbstractAsyncContextManager[ChatRole | None]]
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """The time now, UTC, as the re-run state files write it."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
@@ -60,10 +61,13 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _skip(folder: str, names: list[str]) -> set[str]:
-    """What the copy leaves out: process ids of ROOT's processes, the old scorer's answer caches."""
-    return {n for n in names if n == "pid" or n.endswith(".pid")
-            or (n == "compared" and Path(folder).parent.name == "eval")}
+def copy_ignoring(old_answers: str) -> Callable[[str, list[str]], set[str]]:
+    """The ``shutil.copytree`` ignore of a re-run's copy of a loop folder: the process ids of ROOT's processes, and
+    ``old_answers`` (what the re-run replaces) in each ``eval/<policy>/`` folder."""
+    def skip(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if n == "pid" or n.endswith(".pid")
+                or (n == old_answers and Path(folder).parent.name == "eval")}
+    return skip
 
 
 def _resumed(root: Path, out: Path, scorer: str, policies: list[str]) -> dict[str, Any] | None:
@@ -86,14 +90,14 @@ def _copy(root: Path, out: Path, scorer: str, policies: list[str]) -> dict[str, 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-copy-"))
     try:
-        shutil.copytree(root, tmp / "root", ignore=_skip)
+        shutil.copytree(root, tmp / "root", ignore=copy_ignoring("compared"))
         if out.exists():
             out.rmdir()  # empty, checked above
         (tmp / "root").rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     state = {"from": str(root.resolve()), "scorer": scorer, "order": policies, "status": "running",
-             "started": _now(), "not_rerun": NOT_RERUN, "policies": {}}
+             "started": utc_now(), "not_rerun": NOT_RERUN, "policies": {}}
     _write_json(out / RESCORED_FILE, state)
     return state
 
@@ -171,10 +175,10 @@ def rescore(root: Path, out: Path, scorer: str, policies: Sequence[str] | None =
             continue
         counts = asyncio.run(_policy(out / "eval" / name, new, open_scorer))
         log.info("re-scored %s: %s", name, counts["independent_status"])
-        state["policies"][name] = {**counts, "at": _now()}
+        state["policies"][name] = {**counts, "at": utc_now()}
         _write_json(out / RESCORED_FILE, state)
     _write_json(out / PLAN_FILE, {**json.loads((out / PLAN_FILE).read_text()), "independent_scorer": scorer,
                                   "independent_scorer_adapter": "none"})
-    state.update(status="done", finished=_now())
+    state.update(status="done", finished=utc_now())
     _write_json(out / RESCORED_FILE, state)
     return state

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compeer_loop.rejudge import _skip, rejudge, replace_judgments
+from compeer_loop.rejudge import SCORED, rejudge, replace_judgments
+from compeer_loop.rescore import copy_ignoring
 
 
 def test_a_new_judgment_replaces_every_judge_and_reward_field_of_answered_records_only() -> None:
@@ -24,8 +25,9 @@ def test_a_new_judgment_replaces_every_judge_and_reward_field_of_answered_record
 
 
 def test_the_copy_leaves_out_process_ids_and_the_old_judges_answers() -> None:
-    assert _skip("/r/eval/a", ["records.jsonl", "scored.jsonl", "compared"]) == {"scored.jsonl"}
-    assert _skip("/r", ["scored.jsonl", "driver.pid", "pid", "plan.json"]) == {"driver.pid", "pid"}
+    skip = copy_ignoring(SCORED)
+    assert skip("/r/eval/a", ["records.jsonl", "scored.jsonl", "compared"]) == {"scored.jsonl"}
+    assert skip("/r", ["scored.jsonl", "driver.pid", "pid", "plan.json"]) == {"driver.pid", "pid"}
 
 
 def test_refusals_before_anything_is_copied(tmp_path: Path) -> None:
