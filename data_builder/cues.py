@@ -5,7 +5,7 @@ A judge learns whatever separates the replies its items label good from those th
 v3's silver train items (issue 23, 2026-12-08) a short candidate that asks a question was the real reply in 53% of
 the preference items against 22% for a short one that does not (the rule-made and policy-made hacks almost never ask
 a question), and the trained judge paid for a short question wherever one was written, which GRPO then wrote
-everywhere. This command measures that for any items file (``silver``, ``emit`` or ``contrast`` outputs' judge items):
+everywhere. This command measures that for any judge items file (a ``silver`` output's ``items.jsonl``):
 
 - preference items (``labels.preference``): per cell of (asks a question) x (at most ``--short-words`` words), how
   often the candidate is a real reply of the round (its ``construction.negative`` is not the candidate's) and how
