@@ -117,3 +117,6 @@ def test_esconv_data_sh_builds_with_another_construction_yaml(tmp_path: Path) ->
                    check=True, capture_output=True, timeout=300)
     groups = list(read_jsonl(tmp_path / "out" / "contrast" / "groups.jsonl"))
     assert groups and all("A marker text of this test?" in json.dumps(g) for g in groups)
+    # beside the hashes, the cue table of both item files (compeer-data cues)
+    cues = (tmp_path / "out" / "cues.txt").read_text()
+    assert cues.count("| question, short |") == 2 and "silver-valid/items.jsonl" in cues

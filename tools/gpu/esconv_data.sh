@@ -4,6 +4,7 @@
 # for valid) and the policy-made ones (data_builder/data/policy_negatives.jsonl, or the files listed in $POLICY_NEGATIVES), the contrast groups of the valid split, the judge SFT
 # sets (train = ESConv train, held out = exactly the valid dialogues). Used by tools/gpu/judge_esconv.sh and
 # tools/gpu/judge_qwen.sh on a lent GPU machine (no registry there), and runnable here.
+# Writes OUT_DIR/counts.txt (the sha256 of the silver items and contrast groups) and OUT_DIR/cues.txt (compeer-data cues).
 #   bash tools/gpu/esconv_data.sh ESCONV.tar.xz|ESCONV_DIR OUT_DIR
 set -euo pipefail
 SRC=${1:?ESConv tarball or folder (train.json, valid.json)} W=${2:?output folder}
@@ -25,3 +26,5 @@ $C contrast --quiet --out $W/contrast --pool eval "${PN[@]}" ${SILVER_CONFIG:+--
 $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
   $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl
 sha256sum $W/silver-train/items.jsonl $W/silver-valid/items.jsonl $W/contrast/groups.jsonl | tee $W/counts.txt
+# whether a question or a short reply tells the label in these items (docs/data_builder.md; no judge, ~2 s)
+$C cues $W/silver-train/items.jsonl $W/silver-valid/items.jsonl > $W/cues.txt

@@ -267,8 +267,8 @@ collect() {  # what is finished, to $OUT (8 files at most, 16 MiB each): logs, m
   grep -hE "'loss'|train_runtime|resuming" $R/train-*.log > "$OUT"/train.txt 2>/dev/null
   tail -n 5 $R/*.log > "$OUT"/tails.txt 2>/dev/null
   local d=(); for x in eval-unified eval-prm-orm contrast-trained contrast-base unified/compeer_judge.json prm/compeer_judge.json \
-      orm/compeer_judge.json data/counts.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
-      grpo1 grpo2 adv-pn data2/counts.txt build2.log eval-adv eval-shipped contrast-adv contrast-shipped \
+      orm/compeer_judge.json data/counts.txt data/cues.txt bench.log judge_bases_cuda.json pipeline-judges.log grpo \
+      grpo1 grpo2 adv-pn data2/counts.txt data2/cues.txt build2.log eval-adv eval-shipped contrast-adv contrast-shipped \
       unified-adv/compeer_judge.json eval-raw contrast-raw contrast-candidate calibration shipped-cal/compeer_judge.json; do
     [ -e $R/$x ] && d+=("$x"); done
   [ ${#d[@]} -gt 0 ] && tar -cf "$OUT"/evals.tar -C $R --exclude=predictions.jsonl "${d[@]}"
