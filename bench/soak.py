@@ -374,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="groups per ScoreBatch call")
     ap.add_argument("--duration-s", type=float, default=240.0)
     ap.add_argument("--deadline-s", type=float, default=60.0,
-                    help="each call's deadline, retries included; raised where the machine is slower (module docstring)")
+                    help="each call's deadline, retries included; raised where the machine is slower "
+                         "(module docstring)")
     ap.add_argument("--mode", default="unified", choices=["unified", "single_pass", "prm", "orm"])
     args = ap.parse_args(argv)
     d = args.duration_s

@@ -31,6 +31,7 @@ def fmt(value: float | None, spec: str = ".2f") -> str:
     """A report figure: ``value`` formatted by ``spec``, ``n/a`` where there is none."""
     return "n/a" if value is None else format(value, spec)
 
+
 #: metrics.jsonl key(s) per curve (the first key present is drawn)
 CURVES: dict[str, tuple[str, ...]] = {
     "reward": ("reward",),

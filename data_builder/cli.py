@@ -3,8 +3,9 @@
 Stages: ingest, filter, sample, generate, silver, annotate (export | import), persona, emit, contrast,
 policy-negatives; plus
 ``summary DIR...``, which prints the counts of several stage folders as one table, and ``cues ITEMS...``, which
-measures whether a surface cue of the candidate (a question, a short reply) tells the label of judge items. Exit status: 0 on
-success, 2 on a usage or input error (the message says which file and line) or when the engine cannot start.
+measures whether a surface cue of the candidate (a question, a short reply) tells the label of judge items.
+Exit status: 0 on success, 2 on a usage or input error (the message says which file and line) or when the engine
+cannot start.
 """
 
 from __future__ import annotations

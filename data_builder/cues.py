@@ -49,30 +49,48 @@ def _candidate_is_real(item: Record) -> bool:
     return negative.get("role") != "candidate"
 
 
+def _tally(rows: Iterable[tuple[str, tuple[bool, ...]]], flags: int, short_words: int) -> dict[str, list[int]]:
+    """Per cell name (:data:`CELLS`): ``[items, then the sum of each of the ``flags`` flags]`` over ``rows`` of
+    (reply, flags)."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * (flags + 1))
+    for text, values in rows:
+        c = counts[cell_of(text, short_words)]
+        c[0] += 1
+        for i, value in enumerate(values, 1):
+            c[i] += value
+    return {f"{q}, {s}": counts[(q, s)] for q, s in CELLS}
+
+
+def _cells(counts: dict[str, list[int]], pcts: dict[str, int], sums: dict[str, int] | None = None,
+           items: str = "items") -> dict[str, dict[str, Any]]:
+    """Per cell: its items, each of ``pcts`` (name: flag index) as a percentage of them, each of ``sums`` as a
+    count."""
+    return {name: {items: c[0], **{k: _pct(c[i], c[0]) for k, i in pcts.items()},
+                   **{k: c[i] for k, i in (sums or {}).items()}} for name, c in counts.items()}
+
+
+def _gaps(cells: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> dict[str, dict[str, float | None]]:
+    """Per length (short, longer): each of ``keys``, with a question minus without."""
+    return {s: {k: _gap(cells[f"question, {s}"][k], cells[f"no question, {s}"][k]) for k in keys}
+            for s in ("short", "longer")}
+
+
 def cue_table(items: Iterable[Record], short_words: int = SHORT_WORDS) -> dict[str, Any]:
     """The cells and gaps of the module docstring for judge items ``items``."""
-    pref: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # items, real, preferred
-    reply: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # items, True
+    pref: list[tuple[str, tuple[bool, ...]]] = []  # (reply, (the candidate is real, it is preferred))
+    reply: list[tuple[str, tuple[bool, ...]]] = []  # (reply, (labelled True,))
     for item in items:
         labels = item.get("labels") or {}
         text = reply_text(item["candidate"])[0]
-        cell = cell_of(text, short_words)
         if "preference" in labels:
-            c = pref[cell]
-            c[0] += 1
-            c[1] += _candidate_is_real(item)
-            c[2] += labels["preference"] == "second"
+            pref.append((text, (_candidate_is_real(item), labels["preference"] == "second")))
         elif "reply" in labels:
-            r = reply[cell]
-            r[0] += 1
-            r[1] += labels["reply"] is True
-
-    cells = {f"{q}, {s}": {"preference_items": pref[(q, s)][0], "real_pct": _pct(pref[(q, s)][1], pref[(q, s)][0]),
-                           "preferred_pct": _pct(pref[(q, s)][2], pref[(q, s)][0]), "reply_items": reply[(q, s)][0],
-                           "reply_true_pct": _pct(reply[(q, s)][1], reply[(q, s)][0])} for q, s in CELLS}
-    gaps = {s: {k: _gap(cells[f"question, {s}"][k], cells[f"no question, {s}"][k])
-                for k in ("real_pct", "preferred_pct", "reply_true_pct")} for s in ("short", "longer")}
-    return {"short_words": short_words, "cells": cells, "gap_question_minus_not": gaps}
+            reply.append((text, (labels["reply"] is True,)))
+    p = _cells(_tally(pref, 2, short_words), {"real_pct": 1, "preferred_pct": 2}, items="preference_items")
+    r = _cells(_tally(reply, 1, short_words), {"reply_true_pct": 1}, items="reply_items")
+    cells = {name: {**p[name], **r[name]} for name in p}
+    return {"short_words": short_words, "cells": cells,
+            "gap_question_minus_not": _gaps(cells, ("real_pct", "preferred_pct", "reply_true_pct"))}
 
 
 def judged_cue_table(rows: Iterable[tuple[str, bool, bool]], short_words: int = SHORT_WORDS) -> dict[str, Any]:
@@ -81,21 +99,10 @@ def judged_cue_table(rows: Iterable[tuple[str, bool, bool]], short_words: int = 
     discordant counts (``over``: the judge positive where the label is not; ``under``: the reverse); per length, the
     gap (question minus no question) of the labels and of the judge. A judge that learned the labels and not the cue
     has a judge gap near the labels' gap and as many ``over`` as ``under`` items in each cell."""
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])  # n, label+, judge+, over, under
-    for text, label, said in rows:
-        c = counts[cell_of(text, short_words)]
-        c[0] += 1
-        c[1] += label
-        c[2] += said
-        c[3] += said and not label
-        c[4] += label and not said
-
-    cells = {f"{q}, {s}": {"items": counts[(q, s)][0], "label_pct": _pct(counts[(q, s)][1], counts[(q, s)][0]),
-                           "judge_pct": _pct(counts[(q, s)][2], counts[(q, s)][0]), "over": counts[(q, s)][3],
-                           "under": counts[(q, s)][4]} for q, s in CELLS}
-    gaps = {s: {k: _gap(cells[f"question, {s}"][k], cells[f"no question, {s}"][k]) for k in ("label_pct", "judge_pct")}
-            for s in ("short", "longer")}
-    return {"short_words": short_words, "cells": cells, "gap_question_minus_not": gaps}
+    flagged = ((text, (label, said, said and not label, label and not said)) for text, label, said in rows)
+    cells = _cells(_tally(flagged, 4, short_words), {"label_pct": 1, "judge_pct": 2}, {"over": 3, "under": 4})
+    return {"short_words": short_words, "cells": cells,
+            "gap_question_minus_not": _gaps(cells, ("label_pct", "judge_pct"))}
 
 
 def _pct(k: int, n: int) -> float | None:

@@ -88,7 +88,8 @@ def _judge_rows(metrics: dict[str, Any], row: Callable[[str, str, dict[str, Any]
 def cue_section(metrics: dict[str, Any]) -> list[str]:
     """The report's surface-cue table (each variant's ``cues``: :func:`reward_trainer.evaluate.cue_tables`), empty
     where no variant has one."""
-    tables = [(variant, judge, comp, t) for variant, entry in metrics.items() if variant not in ("meta", "inconsistency")
+    tables = [(variant, judge, comp, t) for variant, entry in metrics.items()
+              if variant not in ("meta", "inconsistency")
               for judge, comps in entry.get("cues", {}).items() for comp, t in comps.items()]
     if not tables:
         return []
@@ -105,7 +106,8 @@ def cue_section(metrics: dict[str, Any]) -> list[str]:
         cells = [f"{c['items']}: {c['label_pct']} / {c['judge_pct']} ({c['over']} / {c['under']})"
                  for c in t["cells"].values()]
         g = t["gap_question_minus_not"]["short"]
-        lines.append(f"| {variant} | {judge} | {comp} | " + " | ".join(cells) + f" | {g['label_pct']} / {g['judge_pct']} |")
+        lines.append(f"| {variant} | {judge} | {comp} | " + " | ".join(cells)
+                     + f" | {g['label_pct']} / {g['judge_pct']} |")
     return lines
 
 

@@ -14,15 +14,15 @@ for f in ${POLICY_NEGATIVES:-data_builder/data/policy_negatives.jsonl}; do PN+=(
 SR=(); [ -z "${SILVER_RATIONALES:-}" ] || SR=(--rationales "$SILVER_RATIONALES")
 # SILVER_CONFIG: a construction YAML replacing the packaged silver.yaml, for silver and contrast (e.g. an earlier
 # commit's, to rebuild the data of a judge trained before its hack pools changed: docs/data_builder.md)
-[ -z "${SILVER_CONFIG:-}" ] || SR+=(--config "$SILVER_CONFIG")
+CF=(); [ -z "${SILVER_CONFIG:-}" ] || CF=(--config "$SILVER_CONFIG")
 if [ -d "$SRC" ]; then E=$SRC; else E=$W/esconv; mkdir -p "$E" && tar -xJf "$SRC" -C "$E"; fi
 $C ingest --quiet --format esconv --out $W/ingest-train $E/train.json
 $C ingest --quiet --format esconv --out $W/ingest-valid $E/valid.json
 $C sample --quiet --rounds 8 --out $W/sample-train $W/ingest-train/dialogues.jsonl
 $C sample --quiet --rounds 3 --out $W/sample-valid $W/ingest-valid/dialogues.jsonl
-$C silver --quiet --out $W/silver-train --pool train "${PN[@]}" "${SR[@]}" --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl
-$C silver --quiet --out $W/silver-valid --pool eval "${SR[@]}" --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
-$C contrast --quiet --out $W/contrast --pool eval "${PN[@]}" ${SILVER_CONFIG:+--config "$SILVER_CONFIG"} --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
+$C silver --quiet --out $W/silver-train --pool train "${PN[@]}" "${SR[@]}" "${CF[@]}" --dialogues $W/ingest-train/dialogues.jsonl $W/sample-train/rounds.jsonl
+$C silver --quiet --out $W/silver-valid --pool eval "${SR[@]}" "${CF[@]}" --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
+$C contrast --quiet --out $W/contrast --pool eval "${PN[@]}" "${CF[@]}" --dialogues $W/ingest-valid/dialogues.jsonl $W/sample-valid/rounds.jsonl
 $C emit --quiet --out $W/emit --heldout-from $W/ingest-valid/dialogues.jsonl $W/silver-train/items.jsonl \
   $W/silver-valid/items.jsonl $W/sample-train/rounds.jsonl $W/sample-valid/rounds.jsonl
 sha256sum $W/silver-train/items.jsonl $W/silver-valid/items.jsonl $W/contrast/groups.jsonl | tee $W/counts.txt
